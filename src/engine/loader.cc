@@ -1,0 +1,98 @@
+#include "engine/loader.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/logging.h"
+#include "engine/tokenizer_detokenizer.h"
+#include "model/model_files.h"
+
+namespace crescent::engine {
+namespace {
+
+// generation_config.json may list more end-of-sequence ids than config.json (Qwen2.5 does).
+void merge_generation_config_eos(const std::string& model_dir, std::vector<int32_t>& eos) {
+  std::ifstream in(model_dir + "/generation_config.json");
+  if (!in) return;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
+  auto add = [&](const nlohmann::json& v) {
+    if (v.is_number_integer()) {
+      auto id = v.get<int32_t>();
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+    }
+  };
+  const auto& e = j["eos_token_id"];
+  if (e.is_array()) {
+    for (const auto& v : e) {
+      add(v);
+    }
+  } else {
+    add(e);
+  }
+}
+
+std::string directory_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool) {
+  auto loaded = std::make_unique<LoadedEngine>();
+  ASSIGN_OR_RETURN(model::ModelFiles files, model::open_model(options.model_path));
+  const std::string tokenizer_config_path = files.tokenizer_config_path;
+  ASSIGN_OR_RETURN(loaded->tokenizer, model::Tokenizer::from_file(files.tokenizer_json_path));
+  if (!tokenizer_config_path.empty()) {
+    auto tmpl = model::ChatTemplate::from_tokenizer_config_file(tokenizer_config_path);
+    if (tmpl.is_ok()) {
+      loaded->chat_template = std::move(*tmpl);
+    } else {
+      CRESCENT_LOG(kWarn) << "no usable chat template: " << tmpl.status().message();
+    }
+  }
+  ASSIGN_OR_RETURN(loaded->model,
+                   model::Transformer::load(std::move(files), options.transformer, pool));
+  const model::ModelConfig& config = loaded->model->config();
+  if (loaded->tokenizer->vocab_size() > config.vocab_size) {
+    return invalid_argument("tokenizer has " + std::to_string(loaded->tokenizer->vocab_size()) +
+                            " tokens but the model's vocab_size is " +
+                            std::to_string(config.vocab_size));
+  }
+  ASSIGN_OR_RETURN(loaded->runner, TransformerRunner::create(*loaded->model, options.kv_cache));
+
+  EngineOptions& e = loaded->engine_options;
+  e.block_size = options.kv_cache.block_size;
+  e.max_num_seqs = options.max_num_seqs;
+  e.max_num_batched_tokens = options.max_num_batched_tokens;
+  e.enable_prefix_caching = options.enable_prefix_caching;
+  e.max_model_len = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  if (e.max_model_len > config.max_position_embeddings) {
+    return invalid_argument("--max-model-len " + std::to_string(e.max_model_len) +
+                            " exceeds the model's max_position_embeddings " +
+                            std::to_string(config.max_position_embeddings));
+  }
+  const int64_t kv_tokens = int64_t{loaded->runner->num_kv_blocks()} * e.block_size;
+  if (kv_tokens < e.max_model_len) {
+    CRESCENT_LOG(kInfo) << "max model length lowered from " << e.max_model_len << " to " << kv_tokens
+                        << " tokens: the KV cache holds no more";
+    e.max_model_len = static_cast<int>(kv_tokens);
+  }
+  for (int id : config.eos_token_ids) {
+    e.eos_token_ids.push_back(id);
+  }
+  merge_generation_config_eos(directory_of(loaded->model->files().tokenizer_json_path),
+                              e.eos_token_ids);
+  const model::Tokenizer* tokenizer = loaded->tokenizer.get();
+  e.make_detokenizer = [tokenizer](bool skip_special_tokens) -> std::unique_ptr<Detokenizer> {
+    return std::make_unique<TokenizerDetokenizer>(*tokenizer, skip_special_tokens);
+  };
+  return loaded;
+}
+
+}  // namespace crescent::engine

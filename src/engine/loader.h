@@ -1,0 +1,43 @@
+#pragma once
+// Loads everything one engine needs from a model path (an HF directory or a GGUF file):
+// the transformer, tokenizer, chat template, the KV cache runner, and EngineOptions filled
+// with the model's limits and end-of-sequence ids. Used by `crescent generate`, `crescent
+// serve` and the benchmarks, so they all load a model the same way.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/transformer_runner.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace crescent::engine {
+
+struct LoadOptions {
+  std::string model_path;
+  model::TransformerOptions transformer;
+  KvCacheOptions kv_cache;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+};
+
+// Owns the pieces; the runner refers to the model and the engine to the runner, so keep the
+// LoadedEngine alive (and unmoved from) while the Engine built from options runs.
+struct LoadedEngine {
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::optional<model::ChatTemplate> chat_template;  // absent: the model ships none
+  std::unique_ptr<TransformerRunner> runner;
+  EngineOptions engine_options;
+};
+
+Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool);
+
+}  // namespace crescent::engine

@@ -1,0 +1,340 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/logging.h"
+
+namespace crescent::model {
+namespace {
+
+std::string layer_name(int layer, const char* suffix) {
+  return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+// Converts any supported tensor to float (norm weights, biases, embedding rows).
+void convert_to_floats(DType dtype, const void* data, int64_t num_elements, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, data, static_cast<size_t>(num_elements) * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* src = static_cast<const uint16_t*>(data);
+      for (int64_t i = 0; i < num_elements; ++i) {
+        out[i] = f16_to_float(src[i]);
+      }
+      return;
+    }
+    case DType::kBF16: {
+      const auto* src = static_cast<const uint16_t*>(data);
+      for (int64_t i = 0; i < num_elements; ++i) {
+        out[i] = bf16_to_float(src[i]);
+      }
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* blocks = static_cast<const Q8Block*>(data);
+      for (int64_t b = 0; b < num_elements / kQ8BlockSize; ++b) {
+        float scale = f16_to_float(blocks[b].scale_f16);
+        for (int64_t j = 0; j < kQ8BlockSize; ++j) {
+          out[b * kQ8BlockSize + j] = scale * static_cast<float>(blocks[b].quants[j]);
+        }
+      }
+      return;
+    }
+  }
+}
+
+int64_t num_elements(const TensorView& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    n *= d;
+  }
+  return n;
+}
+
+Result<std::vector<float>> load_vector(const TensorSource& src, const std::string& name,
+                                       int64_t size) {
+  ASSIGN_OR_RETURN(TensorView t, require_tensor(src, name, {size}));
+  std::vector<float> out(static_cast<size_t>(size));
+  convert_to_floats(t.dtype, t.data, size, out.data());
+  return out;
+}
+
+kernels::WeightFormat choose_format(TransformerOptions::Weights w, DType source) {
+  switch (w) {
+    case TransformerOptions::Weights::kF32: return kernels::WeightFormat::kF32;
+    case TransformerOptions::Weights::kBF16: return kernels::WeightFormat::kBF16;
+    case TransformerOptions::Weights::kQ8_0: return kernels::WeightFormat::kQ8_0;
+    case TransformerOptions::Weights::kAuto: break;
+  }
+  return source == DType::kQ8_0 ? kernels::WeightFormat::kQ8_0 : kernels::WeightFormat::kBF16;
+}
+
+// Packs the row-wise concatenation of `parts` (each [rows_i][cols]) as one matrix, so that
+// q/k/v and gate/up run as one matmul each.
+Result<kernels::PackedWeight> pack_rows(const std::vector<TensorView>& parts, int64_t cols,
+                                        kernels::WeightFormat format) {
+  int64_t rows = 0;
+  bool same_dtype = true;
+  for (const auto& p : parts) {
+    rows += p.shape[0];
+    same_dtype = same_dtype && p.dtype == parts[0].dtype;
+  }
+  if (parts.size() == 1) {
+    return kernels::pack_weight(parts[0].data, parts[0].dtype, rows, cols, format);
+  }
+  if (same_dtype) {
+    std::vector<uint8_t> joined;
+    for (const auto& p : parts) {
+      const auto* b = static_cast<const uint8_t*>(p.data);
+      joined.insert(joined.end(), b, b + dtype_num_bytes(p.dtype, p.shape[0] * cols));
+    }
+    return kernels::pack_weight(joined.data(), parts[0].dtype, rows, cols, format);
+  }
+  std::vector<float> joined(static_cast<size_t>(rows * cols));
+  int64_t row = 0;
+  for (const auto& p : parts) {
+    convert_to_floats(p.dtype, p.data, p.shape[0] * cols, joined.data() + row * cols);
+    row += p.shape[0];
+  }
+  return kernels::pack_weight(joined.data(), DType::kF32, rows, cols, format);
+}
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) {
+    v.resize(static_cast<size_t>(n));
+  }
+  return v.data();
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelFiles files, ThreadPool& pool)
+    : files_(std::move(files)), pool_(pool) {}
+
+Result<std::unique_ptr<Transformer>> Transformer::load(ModelFiles files,
+                                                       const TransformerOptions& options,
+                                                       ThreadPool& pool) {
+  std::unique_ptr<Transformer> t(new Transformer(std::move(files), pool));
+  RETURN_IF_ERROR(t->load_weights(options).with_context("loading " + t->files_.name));
+  return t;
+}
+
+Status Transformer::load_weights(const TransformerOptions& options) {
+  const ModelConfig& c = files_.config;
+  const TensorSource& src = *files_.tensors;
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = int64_t{c.num_attention_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_key_value_heads} * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return invalid_argument("num_attention_heads must be a multiple of num_key_value_heads");
+  }
+
+  ASSIGN_OR_RETURN(embed_tokens_,
+                   require_tensor(src, "model.embed_tokens.weight", {c.vocab_size, hidden}));
+  format_ = choose_format(options.weights, embed_tokens_.dtype);
+
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    Layer& layer = layers_[static_cast<size_t>(l)];
+    ASSIGN_OR_RETURN(layer.input_norm, load_vector(src, layer_name(l, "input_layernorm.weight"), hidden));
+    ASSIGN_OR_RETURN(layer.post_attention_norm,
+                     load_vector(src, layer_name(l, "post_attention_layernorm.weight"), hidden));
+    ASSIGN_OR_RETURN(TensorView q, require_tensor(src, layer_name(l, "self_attn.q_proj.weight"), {q_dim, hidden}));
+    ASSIGN_OR_RETURN(TensorView k, require_tensor(src, layer_name(l, "self_attn.k_proj.weight"), {kv_dim, hidden}));
+    ASSIGN_OR_RETURN(TensorView v, require_tensor(src, layer_name(l, "self_attn.v_proj.weight"), {kv_dim, hidden}));
+    ASSIGN_OR_RETURN(layer.qkv, pack_rows({q, k, v}, hidden, format_));
+    if (c.has_qkv_bias) {
+      ASSIGN_OR_RETURN(auto qb, load_vector(src, layer_name(l, "self_attn.q_proj.bias"), q_dim));
+      ASSIGN_OR_RETURN(auto kb, load_vector(src, layer_name(l, "self_attn.k_proj.bias"), kv_dim));
+      ASSIGN_OR_RETURN(auto vb, load_vector(src, layer_name(l, "self_attn.v_proj.bias"), kv_dim));
+      layer.qkv_bias = std::move(qb);
+      layer.qkv_bias.insert(layer.qkv_bias.end(), kb.begin(), kb.end());
+      layer.qkv_bias.insert(layer.qkv_bias.end(), vb.begin(), vb.end());
+    }
+    if (c.has_qk_norm) {
+      ASSIGN_OR_RETURN(layer.q_norm, load_vector(src, layer_name(l, "self_attn.q_norm.weight"), c.head_dim));
+      ASSIGN_OR_RETURN(layer.k_norm, load_vector(src, layer_name(l, "self_attn.k_norm.weight"), c.head_dim));
+    }
+    ASSIGN_OR_RETURN(TensorView o, require_tensor(src, layer_name(l, "self_attn.o_proj.weight"), {hidden, q_dim}));
+    ASSIGN_OR_RETURN(layer.o, pack_rows({o}, q_dim, format_));
+    ASSIGN_OR_RETURN(TensorView gate, require_tensor(src, layer_name(l, "mlp.gate_proj.weight"), {inter, hidden}));
+    ASSIGN_OR_RETURN(TensorView up, require_tensor(src, layer_name(l, "mlp.up_proj.weight"), {inter, hidden}));
+    ASSIGN_OR_RETURN(layer.gate_up, pack_rows({gate, up}, hidden, format_));
+    ASSIGN_OR_RETURN(TensorView down, require_tensor(src, layer_name(l, "mlp.down_proj.weight"), {hidden, inter}));
+    ASSIGN_OR_RETURN(layer.down, pack_rows({down}, inter, format_));
+    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      num_weight_bytes_ += w->num_bytes();
+      num_weight_params_ += w->rows() * w->cols();
+    }
+  }
+  ASSIGN_OR_RETURN(final_norm_, load_vector(src, "model.norm.weight", hidden));
+  if (c.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(lm_head_, pack_rows({embed_tokens_}, hidden, format_));
+  } else {
+    ASSIGN_OR_RETURN(TensorView head, require_tensor(src, "lm_head.weight", {c.vocab_size, hidden}));
+    ASSIGN_OR_RETURN(lm_head_, pack_rows({head}, hidden, format_));
+  }
+  num_weight_bytes_ += lm_head_.num_bytes();
+  num_weight_params_ += lm_head_.rows() * lm_head_.cols();
+
+  kernels::RopeScaling scaling;
+  scaling.is_llama3 = c.rope_scaling.is_llama3;
+  scaling.factor = c.rope_scaling.factor;
+  scaling.low_freq_factor = c.rope_scaling.low_freq_factor;
+  scaling.high_freq_factor = c.rope_scaling.high_freq_factor;
+  scaling.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  rope_ = std::make_unique<kernels::RopeTable>(c.head_dim, c.rope_theta, c.max_position_embeddings,
+                                               scaling);
+  CRESCENT_LOG(kInfo) << "loaded " << files_.name << ": " << c.num_hidden_layers << " layers, hidden "
+                      << hidden << ", vocab " << c.vocab_size << ", weights "
+                      << weight_format_name() << " (" << num_weight_bytes_ / (1 << 20) << " MiB)";
+  return Status::ok();
+}
+
+std::string Transformer::weight_format_name() const {
+  switch (format_) {
+    case kernels::WeightFormat::kF32: return "F32";
+    case kernels::WeightFormat::kBF16: return "BF16";
+    case kernels::WeightFormat::kQ8_0: return "Q8_0";
+  }
+  return "?";
+}
+
+kernels::KvCacheLayout Transformer::kv_layout(int block_size) const {
+  const ModelConfig& c = files_.config;
+  return kernels::KvCacheLayout{c.num_hidden_layers, block_size, c.num_key_value_heads, c.head_dim};
+}
+
+void Transformer::embed(std::span<const int32_t> token_ids, float* out) const {
+  const int64_t hidden = files_.config.hidden_size;
+  const int64_t row_bytes = dtype_num_bytes(embed_tokens_.dtype, hidden);
+  const auto* base = static_cast<const uint8_t*>(embed_tokens_.data);
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    convert_to_floats(embed_tokens_.dtype, base + token_ids[i] * row_bytes, hidden,
+                      out + static_cast<int64_t>(i) * hidden);
+  }
+}
+
+Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::KvCacheLayout& layout,
+                            float* kv_base, std::vector<float>& logits) {
+  const ModelConfig& c = files_.config;
+  const int64_t hidden = c.hidden_size;
+  const int num_heads = c.num_attention_heads;
+  const int num_kv_heads = c.num_key_value_heads;
+  const int64_t q_dim = int64_t{num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{num_kv_heads} * c.head_dim;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const int64_t inter = c.intermediate_size;
+
+  // Validate the batch: a bad id or a short block table must never reach the kernels.
+  int64_t num_rows = 0;
+  int64_t num_logit_rows = 0;
+  std::vector<kernels::AttentionSeq> attn_seqs;
+  attn_seqs.reserve(batch.size());
+  for (const ForwardSeq& s : batch) {
+    if (s.token_ids.empty()) return invalid_argument("forward: a sequence with no tokens");
+    int64_t end = s.start_pos + static_cast<int64_t>(s.token_ids.size());
+    if (end > c.max_position_embeddings) {
+      return out_of_range("forward: position " + std::to_string(end - 1) +
+                          " beyond max_position_embeddings " +
+                          std::to_string(c.max_position_embeddings));
+    }
+    int64_t blocks_needed = (end + layout.block_size - 1) / layout.block_size;
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
+      return invalid_argument("forward: block table has " + std::to_string(s.block_table.size()) +
+                              " blocks, positions need " + std::to_string(blocks_needed));
+    }
+    for (int32_t id : s.token_ids) {
+      if (id < 0 || id >= c.vocab_size) {
+        return invalid_argument("forward: token id " + std::to_string(id) + " outside vocabulary of " +
+                                std::to_string(c.vocab_size));
+      }
+    }
+    attn_seqs.push_back({num_rows, static_cast<int64_t>(s.token_ids.size()), s.start_pos,
+                         s.block_table.data()});
+    num_rows += static_cast<int64_t>(s.token_ids.size());
+    num_logit_rows += s.needs_logits ? 1 : 0;
+  }
+  if (num_rows == 0) return Status::ok();
+
+  float* x = grow(x_, num_rows * hidden);
+  float* h = grow(h_, num_rows * hidden);
+  float* qkv = grow(qkv_, num_rows * qkv_dim);
+  // q_ holds q, then k, then v, each contiguous over rows (the layouts rope/write_kv want).
+  float* q = grow(q_, num_rows * qkv_dim);
+  float* k = q + num_rows * q_dim;
+  float* v = k + num_rows * kv_dim;
+  float* attn = grow(attn_, num_rows * q_dim);
+  float* proj = grow(proj_, num_rows * hidden);
+  float* gate_up = grow(gate_up_, num_rows * 2 * inter);
+  float* act = grow(act_, num_rows * inter);
+  int32_t* positions = grow(positions_, num_rows);
+
+  int64_t row = 0;
+  for (const ForwardSeq& s : batch) {
+    embed(s.token_ids, x + row * hidden);
+    for (size_t i = 0; i < s.token_ids.size(); ++i) {
+      positions[row + static_cast<int64_t>(i)] = static_cast<int32_t>(s.start_pos + static_cast<int64_t>(i));
+    }
+    row += static_cast<int64_t>(s.token_ids.size());
+  }
+
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& layer = layers_[static_cast<size_t>(l)];
+    kernels::rms_norm(x, layer.input_norm.data(), num_rows, hidden, eps, h);
+    kernels::matmul(h, num_rows, layer.qkv, layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(),
+                    qkv, pool_);
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const float* src = qkv + r * qkv_dim;
+      std::memcpy(q + r * q_dim, src, static_cast<size_t>(q_dim) * sizeof(float));
+      std::memcpy(k + r * kv_dim, src + q_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(v + r * kv_dim, src + q_dim + kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+    }
+    if (!layer.q_norm.empty()) {
+      kernels::rms_norm(q, layer.q_norm.data(), num_rows * num_heads, c.head_dim, eps, q);
+      kernels::rms_norm(k, layer.k_norm.data(), num_rows * num_kv_heads, c.head_dim, eps, k);
+    }
+    kernels::rope(q, positions, num_rows, num_heads, *rope_);
+    kernels::rope(k, positions, num_rows, num_kv_heads, *rope_);
+    for (const auto& s : attn_seqs) {
+      kernels::write_kv(k + s.q_row * kv_dim, v + s.q_row * kv_dim, s.num_tokens, s.start_pos,
+                        s.block_table, l, layout, kv_base);
+    }
+    kernels::paged_attention(attn_seqs, q, num_heads, l, layout, kv_base, scale, attn, pool_);
+    kernels::matmul(attn, num_rows, layer.o, nullptr, proj, pool_);
+    kernels::add_inplace(x, proj, num_rows * hidden);
+
+    kernels::rms_norm(x, layer.post_attention_norm.data(), num_rows, hidden, eps, h);
+    kernels::matmul(h, num_rows, layer.gate_up, nullptr, gate_up, pool_);
+    for (int64_t r = 0; r < num_rows; ++r) {
+      kernels::silu_mul(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, inter,
+                        act + r * inter);
+    }
+    kernels::matmul(act, num_rows, layer.down, nullptr, proj, pool_);
+    kernels::add_inplace(x, proj, num_rows * hidden);
+  }
+
+  if (num_logit_rows == 0) return Status::ok();
+  float* rows = grow(final_rows_, num_logit_rows * hidden);
+  int64_t out_row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].needs_logits) continue;
+    int64_t last = attn_seqs[i].q_row + attn_seqs[i].num_tokens - 1;
+    std::memcpy(rows + out_row * hidden, x + last * hidden, static_cast<size_t>(hidden) * sizeof(float));
+    ++out_row;
+  }
+  kernels::rms_norm(rows, final_norm_.data(), num_logit_rows, hidden, eps, rows);
+  size_t offset = logits.size();
+  logits.resize(offset + static_cast<size_t>(num_logit_rows * c.vocab_size));
+  kernels::matmul(rows, num_logit_rows, lm_head_, nullptr, logits.data() + offset, pool_);
+  return Status::ok();
+}
+
+}  // namespace crescent::model

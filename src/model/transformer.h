@@ -1,0 +1,92 @@
+#pragma once
+// The decoder-only transformer shared by Llama, Qwen2 and Qwen3 (DESIGN.md §7): RMSNorm, RoPE
+// (with Llama-3 frequency scaling), grouped-query attention over the paged KV cache, SwiGLU MLP,
+// optional QKV bias (Qwen2) and per-head q/k RMSNorm (Qwen3), tied or untied embeddings.
+//
+// A Transformer owns its packed weights and the mapped model files they came from. forward()
+// is not thread-safe (it reuses scratch buffers); it parallelises inside through the pool.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "model/model_files.h"
+
+namespace crescent::model {
+
+struct TransformerOptions {
+  // Format of the big matrices; kAuto keeps Q8_0 files as Q8_0 and stores the rest as BF16.
+  enum class Weights { kAuto, kF32, kBF16, kQ8_0 };
+  Weights weights = Weights::kAuto;
+};
+
+// One sequence's slice of a forward batch.
+struct ForwardSeq {
+  std::span<const int32_t> token_ids;    // tokens computed in this call
+  int64_t start_pos = 0;                 // position of token_ids[0]
+  std::span<const int32_t> block_table;  // KV blocks covering [0, start_pos + size)
+  bool needs_logits = false;             // logits of the last token wanted
+};
+
+class Transformer {
+ public:
+  // Packs the weights of `files` (which it takes over) for the kernels.
+  static Result<std::unique_ptr<Transformer>> load(ModelFiles files, const TransformerOptions& options,
+                                                   ThreadPool& pool);
+
+  const ModelConfig& config() const { return files_.config; }
+  const std::string& name() const { return files_.name; }
+  const ModelFiles& files() const { return files_; }
+  kernels::KvCacheLayout kv_layout(int block_size) const;
+  // Bytes of packed weights that one decode step streams (for bandwidth figures).
+  int64_t num_weight_bytes() const { return num_weight_bytes_; }
+  // Multiply-adds per token in the matrices (rows x cols summed), for FLOP figures.
+  int64_t num_weight_params() const { return num_weight_params_; }
+  kernels::WeightFormat weight_format() const { return format_; }
+  std::string weight_format_name() const;
+
+  // Runs every sequence's tokens through the model, writing their K/V into kv_base (laid out as
+  // kv_layout()) and appending the logits of each seq with needs_logits to `logits`
+  // (count * vocab floats, in batch order).
+  Status forward(std::span<const ForwardSeq> batch, const kernels::KvCacheLayout& layout,
+                 float* kv_base, std::vector<float>& logits);
+
+ private:
+  struct Layer {
+    std::vector<float> input_norm;
+    std::vector<float> post_attention_norm;
+    std::vector<float> q_norm;  // Qwen3 only
+    std::vector<float> k_norm;
+    kernels::PackedWeight qkv;  // rows: q heads, then k heads, then v heads
+    std::vector<float> qkv_bias;
+    kernels::PackedWeight o;
+    kernels::PackedWeight gate_up;  // rows: gate, then up
+    kernels::PackedWeight down;
+  };
+
+  Transformer(ModelFiles files, ThreadPool& pool);
+  Status load_weights(const TransformerOptions& options);
+  void embed(std::span<const int32_t> token_ids, float* out) const;
+
+  ModelFiles files_;
+  ThreadPool& pool_;
+  std::vector<Layer> layers_;
+  std::vector<float> final_norm_;
+  kernels::PackedWeight lm_head_;
+  TensorView embed_tokens_;  // raw view into the mapped file, converted row by row
+  std::unique_ptr<kernels::RopeTable> rope_;
+  kernels::WeightFormat format_ = kernels::WeightFormat::kBF16;
+  int64_t num_weight_bytes_ = 0;
+  int64_t num_weight_params_ = 0;
+
+  // Scratch, grown on demand.
+  std::vector<float> x_, h_, qkv_, q_, attn_, proj_, gate_up_, act_, final_rows_;
+  std::vector<int32_t> positions_;
+};
+
+}  // namespace crescent::model
