@@ -1,0 +1,146 @@
+#pragma once
+// Engine: the single-threaded core that turns requests into tokens. Each step() schedules a
+// batch (Scheduler + BlockManager), runs it on the ModelRunner, then samples, detokenizes and
+// checks stop conditions, returning one incremental RequestOutput per request that produced
+// something. Owns its sequences; borrows the runner, which must outlive it.
+// Not thread-safe: use it from one thread (EngineLoop runs it on its own thread).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/block_manager.h"
+#include "engine/detokenizer.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+
+namespace crescent::engine {
+
+struct EngineOptions {
+  int block_size = 16;  // must equal the runner's
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  // Longest prompt + output. 0: the whole KV pool. Must fit in the runner's KV blocks.
+  int max_model_len = 0;
+  bool enable_prefix_caching = true;
+  std::vector<int32_t> eos_token_ids;
+  // Makes one request's detokenizer. Empty: no text is produced and stop strings are refused.
+  std::function<std::unique_ptr<Detokenizer>(bool skip_special_tokens)> make_detokenizer;
+};
+
+struct EngineRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;
+  int64_t arrival_time_ns = 0;  // 0: now
+};
+
+enum class FinishReason {
+  kNone,    // not finished
+  kStop,    // eos, a stop token or a stop string
+  kLength,  // max_tokens or max_model_len
+  kAbort,   // abort() or shutdown
+  kError,   // the runner failed on this request's batch
+};
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
+
+// What one request produced since its previous output.
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;  // never contains a stop string; may lag the tokens (held back)
+  std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_reason;     // the stop string that matched
+  int32_t stop_token_id = -1;  // the stop token (eos or stop_token_ids) that matched
+  std::string error_message;   // kError: why
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;  // so far
+  int num_cached_tokens = 0;  // prompt tokens served by the prefix cache
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_blocks_total = 0;
+  int num_blocks_used = 0;
+  int64_t prefix_cache_queries_tokens = 0;
+  int64_t prefix_cache_hits_tokens = 0;
+  int64_t num_prompt_tokens_total = 0;      // prompt tokens of requests that began output
+  int64_t num_generation_tokens_total = 0;  // sampled tokens
+  int64_t num_preemptions_total = 0;
+  int64_t num_steps_total = 0;
+};
+
+class Engine {
+ public:
+  // Checks the options against the runner (block size, max_model_len vs the KV pool).
+  static Status validate_options(const EngineOptions& options, const ModelRunner& runner);
+
+  // CHECKs validate_options.
+  Engine(EngineOptions options, ModelRunner* runner);
+  ~Engine();
+
+  // AlreadyExists for a live request id; InvalidArgument for an empty prompt, a prompt longer
+  // than max_model_len, token ids outside the vocabulary, bad sampling params.
+  Status add_request(EngineRequest request);
+  // The checks of add_request that do not depend on the engine's state. Thread-safe.
+  Status validate_request(const EngineRequest& request) const;
+  // Frees the request's blocks at once; its final output (kAbort) comes from the next step().
+  // Unknown or finished ids are ignored.
+  void abort(const std::string& request_id);
+  void abort_all();
+
+  // schedule -> execute -> sample and postprocess. A runner failure fails that batch's
+  // requests (kError) and leaves the engine usable.
+  Result<std::vector<RequestOutput>> step();
+
+  bool has_unfinished_requests() const;
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+  Status check_invariants() const;  // for tests
+
+ private:
+  struct Request {
+    Sequence seq;
+    std::unique_ptr<Detokenizer> detokenizer;
+    std::string held_text;  // decoded but not returned: might begin a stop string
+    RequestOutput pending;  // accumulates until the next output
+  };
+
+  Status run_batch(const ScheduleResult& schedule);
+  std::vector<RequestOutput> postprocess(const ScheduleResult& schedule, const Status& run_status);
+  // Appends a sampled token and decides whether the request is finished.
+  void append_token(Request& request, int32_t token_id);
+  void finish(Request& request, FinishReason reason);
+  // Moves decoded text to the pending output, holding back what may begin a stop string;
+  // final: flush the detokenizer and hold nothing. True when a stop string matched.
+  bool release_text(Request& request, bool final);
+  RequestOutput take_output(Request& request);
+
+  EngineOptions options_;
+  ModelRunner* runner_;
+  int32_t vocab_size_;
+  BlockManager block_manager_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<RequestOutput> aborted_outputs_;  // returned by the next step()
+  std::vector<RunnerSeq> runner_batch_;
+  std::vector<float> logits_;
+  uint64_t next_arrival_order_ = 0;
+  int64_t num_prompt_tokens_total_ = 0;
+  int64_t num_generation_tokens_total_ = 0;
+  int64_t num_preemptions_total_ = 0;
+  int64_t num_steps_total_ = 0;
+};
+
+}  // namespace crescent::engine

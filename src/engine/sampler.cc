@@ -1,0 +1,200 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace crescent::engine {
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+// Ordering of candidates: larger logit first, lower token id on ties, so every choice is
+// deterministic. NaN counts as -inf.
+float sort_key(float logit) {
+  return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit;
+}
+
+struct ByLogitDesc {
+  std::span<const float> logits;
+  bool operator()(int32_t a, int32_t b) const {
+    float la = sort_key(logits[a]);
+    float lb = sort_key(logits[b]);
+    return la > lb || (la == lb && a < b);
+  }
+};
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (logits[i] > logits[best] || std::isnan(logits[best])) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t& s : s_) {
+    s = splitmix64(x);
+  }
+}
+
+uint64_t Rng::next_u64() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::next_double() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
+                        TokenLogprobs* logprobs) {
+  CRESCENT_CHECK(!logits.empty()) << "empty logits row";
+  int32_t chosen = params.is_greedy() ? argmax(logits) : sample_random(logits, params, rng);
+  if (logprobs != nullptr && params.logprobs.has_value()) {
+    fill_logprobs(logits, chosen, *params.logprobs, logprobs);
+  }
+  return chosen;
+}
+
+int32_t Sampler::sample_random(std::span<const float> logits, const SamplingParams& params,
+                               Rng& rng) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const double inv_temperature = 1.0 / params.temperature;
+  const float max_logit = logits[argmax(logits)];
+
+  // min_p keeps p_i >= min_p * p_max, i.e. logit_i >= max_logit + T * ln(min_p).
+  float threshold = -std::numeric_limits<float>::infinity();
+  if (params.min_p > 0.0f) {
+    threshold = max_logit + params.temperature * std::log(params.min_p);
+  }
+
+  // Candidates: the top_k best (found with nth_element, not a full sort), then min_p. Both
+  // keep a head of the same order, so applying them in either order gives the same set.
+  candidates_.clear();
+  const bool use_top_k = params.top_k > 0 && params.top_k < vocab;
+  if (use_top_k) {
+    candidates_.resize(vocab);
+    for (int32_t i = 0; i < vocab; ++i) {
+      candidates_[i] = i;
+    }
+    std::nth_element(candidates_.begin(), candidates_.begin() + params.top_k, candidates_.end(),
+                     ByLogitDesc{logits});
+    candidates_.resize(params.top_k);
+    std::erase_if(candidates_, [&](int32_t id) { return !(logits[id] >= threshold); });
+  } else {
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (logits[i] >= threshold) {
+        candidates_.push_back(i);
+      }
+    }
+  }
+  CRESCENT_CHECK(!candidates_.empty()) << "no finite logits to sample from";
+
+  auto weight_of = [&](int32_t id) {
+    return std::exp((static_cast<double>(logits[id]) - max_logit) * inv_temperature);
+  };
+
+  if (params.top_p < 1.0f) {
+    // Keep the most likely tokens until their mass reaches top_p of the candidates' mass.
+    // Usually a few dozen tokens suffice, so sort a growing head instead of the whole list.
+    double total = 0.0;
+    for (int32_t id : candidates_) {
+      total += weight_of(id);
+    }
+    const double target = params.top_p * total;
+    const size_t n = candidates_.size();
+    size_t head = std::min<size_t>(n, 64);
+    size_t keep = n;
+    while (true) {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + head, candidates_.end(),
+                        ByLogitDesc{logits});
+      double cumulative = 0.0;
+      size_t i = 0;
+      for (; i < head; ++i) {
+        cumulative += weight_of(candidates_[i]);
+        if (cumulative >= target) {
+          break;
+        }
+      }
+      if (i < head) {
+        keep = i + 1;
+        break;
+      }
+      if (head == n) {
+        break;  // rounding: the whole set is kept
+      }
+      head = std::min(n, head * 4);
+    }
+    candidates_.resize(keep);
+  }
+
+  weights_.resize(candidates_.size());
+  double total = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    weights_[i] = weight_of(candidates_[i]);
+    total += weights_[i];
+  }
+  const double u = rng.next_double() * total;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cumulative += weights_[i];
+    if (u < cumulative) {
+      return candidates_[i];
+    }
+  }
+  return candidates_.back();
+}
+
+void Sampler::fill_logprobs(std::span<const float> logits, int32_t chosen, int num_top,
+                            TokenLogprobs* out) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const double max_logit = logits[argmax(logits)];
+  double sum = 0.0;
+  for (float l : logits) {
+    sum += std::exp(static_cast<double>(l) - max_logit);
+  }
+  const double log_z = max_logit + std::log(sum);
+  auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_z); };
+
+  out->sampled = {chosen, logprob(chosen)};
+  out->top.clear();
+  const int32_t n = std::min(num_top, vocab);
+  if (n <= 0) {
+    return;
+  }
+  candidates_.resize(vocab);
+  for (int32_t i = 0; i < vocab; ++i) {
+    candidates_[i] = i;
+  }
+  std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(),
+                    ByLogitDesc{logits});
+  for (int32_t i = 0; i < n; ++i) {
+    out->top.push_back({candidates_[i], logprob(candidates_[i])});
+  }
+}
+
+}  // namespace crescent::engine

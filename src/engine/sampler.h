@@ -1,0 +1,52 @@
+#pragma once
+// Sampler: picks one token from one row of logits under SamplingParams (greedy, temperature,
+// min_p, top_k, top_p, in vLLM's order) and computes logprobs. Rng is the per-request random
+// state, so a seeded request draws the same numbers whatever else is batched with it.
+// A Sampler keeps scratch buffers: use one per thread.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace crescent::engine {
+
+// xoshiro256** seeded through splitmix64: small, fast and identical on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0);
+  uint64_t next_u64();
+  double next_double();  // uniform in [0, 1)
+
+ private:
+  uint64_t s_[4];
+};
+
+struct TokenLogprob {
+  int32_t token_id = -1;
+  float logprob = 0.0f;
+};
+
+struct TokenLogprobs {
+  TokenLogprob sampled;           // the chosen token
+  std::vector<TokenLogprob> top;  // the N most likely tokens, most likely first
+};
+
+class Sampler {
+ public:
+  // Returns the chosen token id. Advances rng once unless the params are greedy. Fills
+  // *logprobs when params.logprobs is set and logprobs != nullptr.
+  int32_t sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
+                 TokenLogprobs* logprobs);
+
+ private:
+  int32_t sample_random(std::span<const float> logits, const SamplingParams& params, Rng& rng);
+  void fill_logprobs(std::span<const float> logits, int32_t chosen, int num_top,
+                     TokenLogprobs* out);
+
+  std::vector<int32_t> candidates_;
+  std::vector<double> weights_;
+};
+
+}  // namespace crescent::engine

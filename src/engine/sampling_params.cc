@@ -1,0 +1,54 @@
+#include "engine/sampling_params.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace crescent::engine {
+namespace {
+
+template <typename T>
+Status bad(const char* what, T got) {
+  std::ostringstream os;
+  os << what << ", got " << got;
+  return invalid_argument(os.str());
+}
+
+}  // namespace
+
+Status validate(const SamplingParams& p, int vocab_size) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return bad("temperature must be >= 0", p.temperature);
+  }
+  if (p.top_k < -1) {
+    return bad("top_k must be -1 (off), 0 (off) or positive", p.top_k);
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return bad("top_p must be in (0, 1]", p.top_p);
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return bad("min_p must be in [0, 1]", p.min_p);
+  }
+  if (p.max_tokens < 1) {
+    return bad("max_tokens must be at least 1", p.max_tokens);
+  }
+  if (p.logprobs.has_value() && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs)) {
+    std::ostringstream os;
+    os << "logprobs must be in [0, " << kMaxLogprobs << "], got " << *p.logprobs;
+    return invalid_argument(os.str());
+  }
+  for (const std::string& s : p.stop) {
+    if (s.empty()) {
+      return invalid_argument("stop strings must not be empty");
+    }
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      std::ostringstream os;
+      os << "stop_token_ids entry " << id << " is outside the vocabulary [0, " << vocab_size << ")";
+      return invalid_argument(os.str());
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace crescent::engine

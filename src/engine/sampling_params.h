@@ -1,0 +1,40 @@
+#pragma once
+// SamplingParams: how one request turns logits into tokens and when it stops (the vLLM /
+// OpenAI knobs). A plain value type; validate() checks it against a vocabulary before the
+// engine accepts the request.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace crescent::engine {
+
+// The most top logprobs a request may ask for per token (vLLM's default max_logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0 or -1: off
+  float top_p = 1.0f;        // in (0, 1]; 1: off
+  float min_p = 0.0f;        // in [0, 1]; 0: off
+  // Same seed, same logits -> same tokens, whatever else is in the batch. Absent: random.
+  std::optional<uint64_t> seed;
+  int32_t max_tokens = 16;
+  std::vector<std::string> stop;        // stop strings; never part of the returned text
+  std::vector<int32_t> stop_token_ids;  // kept in the token ids, their text is not returned
+  bool ignore_eos = false;
+  // Absent: no logprobs. N: the sampled token's logprob plus the N most likely tokens, all from
+  // the unmodified log-softmax of the logits (before temperature and filters), as vLLM does.
+  std::optional<int32_t> logprobs;
+  bool skip_special_tokens = true;
+
+  bool is_greedy() const { return temperature == 0.0f || top_k == 1; }
+};
+
+// InvalidArgument naming the first bad field, e.g. "temperature must be >= 0, got -1".
+Status validate(const SamplingParams& params, int vocab_size);
+
+}  // namespace crescent::engine

@@ -1,0 +1,143 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace crescent::engine {
+
+Scheduler::Scheduler(SchedulerOptions options, BlockManager* block_manager)
+    : options_(options), block_manager_(block_manager) {
+  CRESCENT_CHECK(options_.max_num_seqs > 0 && options_.max_num_batched_tokens > 0)
+      << "bad scheduler options";
+}
+
+void Scheduler::add(Sequence* seq) {
+  CRESCENT_CHECK(seq->block_table.empty() && seq->num_computed_tokens == 0)
+      << seq->request_id << " already holds blocks";
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  auto pos = std::upper_bound(
+      running_.begin(), running_.end(), seq,
+      [](const Sequence* a, const Sequence* b) { return a->arrival_order < b->arrival_order; });
+  running_.insert(pos, seq);
+}
+
+Sequence* Scheduler::pick_victim() const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!(*it)->is_scheduled_this_step) {
+      return *it;
+    }
+  }
+  return nullptr;
+}
+
+void Scheduler::preempt(Sequence* victim, ScheduleResult& result) {
+  std::erase(running_, victim);
+  block_manager_->free(*victim);
+  victim->status = SequenceStatus::kPreempted;
+  ++victim->num_preemptions;
+  waiting_.push_front(victim);
+  result.preempted.push_back(victim);
+}
+
+ScheduleResult Scheduler::schedule() {
+  ScheduleResult result;
+  int budget = options_.max_num_batched_tokens;
+  for (Sequence* seq : running_) {
+    seq->is_scheduled_this_step = false;
+  }
+
+  auto schedule_seq = [&](Sequence* seq) {
+    const int num_left = seq->num_tokens() - seq->num_computed_tokens;
+    CRESCENT_CHECK(num_left > 0) << seq->request_id << " has nothing to compute";
+    const int num_new = std::min(num_left, budget);
+    budget -= num_new;
+    result.num_batched_tokens += num_new;
+    seq->is_scheduled_this_step = true;
+    result.scheduled.push_back({seq, num_new, num_new == num_left});
+  };
+
+  // Decodes first, then chunks of prompts already running; each in arrival order.
+  std::vector<Sequence*> order;
+  order.reserve(running_.size());
+  for (Sequence* seq : running_) {
+    if (seq->num_tokens() - seq->num_computed_tokens == 1) {
+      order.push_back(seq);
+    }
+  }
+  for (Sequence* seq : running_) {
+    if (seq->num_tokens() - seq->num_computed_tokens > 1) {
+      order.push_back(seq);
+    }
+  }
+  for (Sequence* seq : order) {
+    if (budget == 0) {
+      break;
+    }
+    if (seq->status != SequenceStatus::kRunning) {
+      continue;  // preempted earlier in this loop
+    }
+    bool preempted_self = false;
+    while (!block_manager_->can_append(*seq)) {
+      Sequence* victim = pick_victim();
+      CRESCENT_CHECK(victim != nullptr) << "no preemption victim";
+      preempt(victim, result);
+      if (victim == seq) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) {
+      continue;
+    }
+    block_manager_->append_slots(*seq);
+    schedule_seq(seq);
+  }
+
+  // New and preempted requests, oldest first; none while this step had to preempt (there is
+  // no room to spare), and none past a head that does not fit (no overtaking).
+  while (result.preempted.empty() && budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    if (!block_manager_->can_allocate_for_prompt(*seq)) {
+      break;
+    }
+    waiting_.pop_front();
+    const int num_cached = block_manager_->allocate_for_prompt(*seq);
+    if (!seq->has_been_scheduled) {
+      seq->num_cached_tokens = num_cached;
+      seq->has_been_scheduled = true;
+    }
+    seq->status = SequenceStatus::kRunning;
+    insert_running(seq);
+    schedule_seq(seq);
+  }
+  return result;
+}
+
+void Scheduler::on_computed(const ScheduleResult& result) {
+  for (const ScheduledSeq& s : result.scheduled) {
+    if (s.seq->status != SequenceStatus::kRunning) {
+      continue;  // finished (aborted) since it was scheduled
+    }
+    s.seq->num_computed_tokens += s.num_new_tokens;
+    CRESCENT_CHECK_LE(s.seq->num_computed_tokens, s.seq->num_tokens());
+    block_manager_->commit_computed(*s.seq);
+  }
+}
+
+void Scheduler::finish(Sequence* seq) {
+  if (seq->status == SequenceStatus::kRunning) {
+    std::erase(running_, seq);
+  } else if (seq->status == SequenceStatus::kWaiting || seq->status == SequenceStatus::kPreempted) {
+    std::erase(waiting_, seq);
+  }
+  block_manager_->free(*seq);
+  seq->status = SequenceStatus::kFinished;
+}
+
+}  // namespace crescent::engine

@@ -1,0 +1,68 @@
+#pragma once
+// Scheduler: continuous batching over Sequences. Each step it picks what to compute under a
+// token budget (max_num_batched_tokens; long prompts are split into chunks over several
+// steps) and a sequence cap (max_num_seqs). Running decodes go first, then running prompts'
+// next chunks, then new or preempted requests in arrival order. Capacity (KV blocks) is
+// checked separately from the budget: a request is admitted only when all blocks for its
+// known tokens can be allocated, and when a running sequence needs a block that is not free,
+// the most recently arrived running sequence not yet scheduled this step is preempted: its
+// blocks are freed and it goes back to the front of the queue, to be recomputed later.
+// It never sees a tensor. Not thread-safe.
+
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+
+namespace crescent::engine {
+
+struct SchedulerOptions {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+};
+
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int num_new_tokens = 0;     // tokens to compute, from seq->num_computed_tokens on
+  bool needs_logits = false;  // the chunk reaches the last known token: sample after it
+};
+
+struct ScheduleResult {
+  std::vector<ScheduledSeq> scheduled;  // in the order the runner gets them
+  std::vector<Sequence*> preempted;     // lost their blocks this step
+  int num_batched_tokens = 0;
+  bool is_empty() const { return scheduled.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerOptions options, BlockManager* block_manager);
+
+  // Queues a new sequence (status kWaiting). Validation is the caller's job.
+  void add(Sequence* seq);
+  ScheduleResult schedule();
+  // After the runner computed a schedule: advances num_computed_tokens and registers newly
+  // full blocks with the prefix cache.
+  void on_computed(const ScheduleResult& result);
+  // Removes seq wherever it is, frees its blocks and marks it finished.
+  void finish(Sequence* seq);
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+
+ private:
+  void preempt(Sequence* victim, ScheduleResult& result);
+  Sequence* pick_victim() const;
+  void insert_running(Sequence* seq);
+
+  SchedulerOptions options_;
+  BlockManager* block_manager_;
+  std::vector<Sequence*> running_;  // sorted by arrival_order
+  std::deque<Sequence*> waiting_;
+};
+
+}  // namespace crescent::engine
