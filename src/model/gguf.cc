@@ -1,0 +1,1167 @@
+#include "model/gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace crescent::model {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
+constexpr int64_t kMaxDims = 4;
+
+struct GgmlTypeTraits {
+  const char* name;
+  int64_t block_size;  // elements per block; 0 = size unknown to us
+  int64_t type_size;   // bytes per block
+};
+
+const GgmlTypeTraits* ggml_traits(uint32_t type) {
+  static const std::map<uint32_t, GgmlTypeTraits> kTypes = {
+      {0, {"F32", 1, 4}},       {1, {"F16", 1, 2}},       {2, {"Q4_0", 32, 18}},
+      {3, {"Q4_1", 32, 20}},    {6, {"Q5_0", 32, 22}},    {7, {"Q5_1", 32, 24}},
+      {8, {"Q8_0", 32, 34}},    {9, {"Q8_1", 32, 36}},    {10, {"Q2_K", 256, 84}},
+      {11, {"Q3_K", 256, 110}}, {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
+      {14, {"Q6_K", 256, 210}}, {15, {"Q8_K", 256, 292}}, {16, {"IQ2_XXS", 0, 0}},
+      {17, {"IQ2_XS", 0, 0}},   {18, {"IQ3_XXS", 0, 0}},  {19, {"IQ1_S", 0, 0}},
+      {20, {"IQ4_NL", 0, 0}},   {21, {"IQ3_S", 0, 0}},    {22, {"IQ2_S", 0, 0}},
+      {23, {"IQ4_XS", 0, 0}},   {24, {"I8", 1, 1}},       {25, {"I16", 1, 2}},
+      {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},
+      {29, {"IQ1_M", 0, 0}},    {30, {"BF16", 1, 2}},     {34, {"TQ1_0", 0, 0}},
+      {35, {"TQ2_0", 0, 0}}};
+  auto it = kTypes.find(type);
+  return it == kTypes.end() ? nullptr : &it->second;
+}
+
+std::optional<DType> dtype_of_ggml(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF32:
+      return DType::kF32;
+    case kGgmlTypeF16:
+      return DType::kF16;
+    case kGgmlTypeBF16:
+      return DType::kBF16;
+    case kGgmlTypeQ8_0:
+      return DType::kQ8_0;
+    default:
+      return std::nullopt;
+  }
+}
+
+int64_t scalar_size(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kBool:
+      return 1;
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+      return 2;
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kFloat32:
+      return 4;
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+// The shortest decimal that reads back as the same float, as a double: 1e-6f -> 1e-6.
+double float_to_short_double(float f) {
+  char buf[32];
+  for (int p = 1; p <= 9; ++p) {
+    std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f)
+      return std::strtod(buf, nullptr);
+  }
+  return f;
+}
+
+class Cursor {
+ public:
+  Cursor(const MappedFile& file) : file_(file) {}
+  int64_t pos() const { return pos_; }
+  int64_t remaining() const { return file_.size() - pos_; }
+
+  template <typename T>
+  Result<T> read(std::string_view what) {
+    if (remaining() < static_cast<int64_t>(sizeof(T)))
+      return truncated(what);
+    T v;
+    std::memcpy(&v, file_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  Result<std::string_view> read_string(std::string_view what) {
+    ASSIGN_OR_RETURN(uint64_t len, read<uint64_t>(what));
+    if (len > static_cast<uint64_t>(remaining()))
+      return truncated(what);
+    std::string_view s(reinterpret_cast<const char*>(file_.data()) + pos_, len);
+    pos_ += static_cast<int64_t>(len);
+    return s;
+  }
+  Status skip(int64_t n, std::string_view what) {
+    if (n < 0 || n > remaining())
+      return truncated(what);
+    pos_ += n;
+    return Status::ok();
+  }
+  Status truncated(std::string_view what) const {
+    return data_loss(file_.path() + ": truncated GGUF header while reading " + std::string(what) +
+                     " at offset " + std::to_string(pos_));
+  }
+
+ private:
+  const MappedFile& file_;
+  int64_t pos_ = 0;
+};
+
+const std::vector<std::pair<std::string, std::string>>& layer_name_pairs() {
+  static const std::vector<std::pair<std::string, std::string>> kPairs = {
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+  };
+  return kPairs;
+}
+
+const std::vector<std::pair<std::string, std::string>>& global_name_pairs() {
+  static const std::vector<std::pair<std::string, std::string>> kPairs = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+  };
+  return kPairs;
+}
+
+// Splits "<prefix><N>.<rest>" into N and rest.
+bool split_layer(std::string_view name, std::string_view prefix, int64_t* layer,
+                 std::string_view* rest) {
+  if (name.substr(0, prefix.size()) != prefix)
+    return false;
+  name.remove_prefix(prefix.size());
+  size_t i = 0;
+  int64_t n = 0;
+  while (i < name.size() && i < 9 && name[i] >= '0' && name[i] <= '9') {
+    n = n * 10 + (name[i] - '0');
+    ++i;
+  }
+  if (i == 0 || i >= name.size() || name[i] != '.')
+    return false;
+  if (i > 1 && name[0] == '0')
+    return false;
+  *layer = n;
+  *rest = name.substr(i + 1);
+  return true;
+}
+
+}  // namespace
+
+std::string ggml_type_name(uint32_t ggml_type) {
+  const GgmlTypeTraits* t = ggml_traits(ggml_type);
+  return t ? std::string(t->name) : "type " + std::to_string(ggml_type);
+}
+
+uint32_t ggml_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return kGgmlTypeF32;
+    case DType::kF16:
+      return kGgmlTypeF16;
+    case DType::kBF16:
+      return kGgmlTypeBF16;
+    case DType::kQ8_0:
+      return kGgmlTypeQ8_0;
+  }
+  return kGgmlTypeF32;
+}
+
+std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name) {
+  for (const auto& [g, h] : global_name_pairs()) {
+    if (gguf_name == g)
+      return h;
+  }
+  int64_t layer = 0;
+  std::string_view rest;
+  if (!split_layer(gguf_name, "blk.", &layer, &rest))
+    return std::nullopt;
+  for (const auto& [g, h] : layer_name_pairs()) {
+    if (rest == g)
+      return "model.layers." + std::to_string(layer) + "." + h;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> hf_to_gguf_name(std::string_view hf_name) {
+  for (const auto& [g, h] : global_name_pairs()) {
+    if (hf_name == h)
+      return g;
+  }
+  int64_t layer = 0;
+  std::string_view rest;
+  if (!split_layer(hf_name, "model.layers.", &layer, &rest))
+    return std::nullopt;
+  for (const auto& [g, h] : layer_name_pairs()) {
+    if (rest == h)
+      return "blk." + std::to_string(layer) + "." + g;
+  }
+  return std::nullopt;
+}
+
+int64_t llama_qk_hf_row(int64_t gguf_row, int64_t num_rows, int64_t num_heads) {
+  // llama.cpp: w.reshape(heads, 2, hd/2, ...).swapaxes(1, 2): GGUF row (h, j, k) is HF row
+  // (h, k, j), i.e. the two halves of each head are interleaved.
+  const int64_t head_dim = num_rows / num_heads;
+  const int64_t h = gguf_row / head_dim;
+  const int64_t r = gguf_row % head_dim;
+  return h * head_dim + (r % 2) * (head_dim / 2) + r / 2;
+}
+
+int64_t gguf_qk_permute_heads(const ModelConfig& config, std::string_view hf_name) {
+  if (config.architecture != Architecture::kLlama)
+    return 0;
+  auto ends_with = [&](std::string_view s) {
+    return hf_name.size() >= s.size() && hf_name.substr(hf_name.size() - s.size()) == s;
+  };
+  if (ends_with(".self_attn.q_proj.weight") || ends_with(".self_attn.q_proj.bias")) {
+    return config.num_attention_heads;
+  }
+  if (ends_with(".self_attn.k_proj.weight") || ends_with(".self_attn.k_proj.bias")) {
+    return config.num_key_value_heads;
+  }
+  return 0;
+}
+
+void quantize_q8_0(const float* x, int64_t num_values, Q8Block* out) {
+  for (int64_t b = 0; b < num_values / kQ8BlockSize; ++b) {
+    const float* v = x + b * kQ8BlockSize;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8BlockSize; ++i)
+      amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].scale_f16 = float_to_f16(d);
+    for (int64_t i = 0; i < kQ8BlockSize; ++i) {
+      out[b].quants[i] = static_cast<int8_t>(std::round(v[i] * id));
+    }
+  }
+}
+
+std::vector<float> llama3_rope_freq_factors(const ModelConfig& c) {
+  const RopeScaling& rs = c.rope_scaling;
+  const double low_freq_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+  const double high_freq_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+  std::vector<float> factors;
+  for (int i = 0; i < c.head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(c.rope_theta, static_cast<double>(i) / c.head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(static_cast<float>(rs.factor));
+    } else {
+      const double smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) /
+                            (rs.high_freq_factor - rs.low_freq_factor);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / rs.factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+GgufFile::~GgufFile() = default;
+
+Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  ASSIGN_OR_RETURN(f->file_, MappedFile::open(path));
+  RETURN_IF_ERROR(f->parse());
+  return f;
+}
+
+Status GgufFile::parse() {
+  const std::string& path = file_->path();
+  Cursor c(*file_);
+  ASSIGN_OR_RETURN(uint32_t magic, c.read<uint32_t>("magic"));
+  if (magic != kGgufMagic)
+    return data_loss(path + ": not a GGUF file (bad magic)");
+  ASSIGN_OR_RETURN(version_, c.read<uint32_t>("version"));
+  if (version_ != 2 && version_ != 3) {
+    return unimplemented(path + ": GGUF version " + std::to_string(version_) +
+                         " is not supported (2 and 3 are)");
+  }
+  ASSIGN_OR_RETURN(uint64_t num_tensors, c.read<uint64_t>("tensor count"));
+  ASSIGN_OR_RETURN(uint64_t num_kv, c.read<uint64_t>("metadata count"));
+  // Every entry takes at least 8 bytes, so larger counts cannot be honest.
+  if (num_tensors > static_cast<uint64_t>(file_->size()) / 8 ||
+      num_kv > static_cast<uint64_t>(file_->size()) / 8) {
+    return data_loss(path + ": tensor count " + std::to_string(num_tensors) +
+                     " or metadata count " + std::to_string(num_kv) +
+                     " is larger than the file can hold");
+  }
+
+  for (uint64_t i = 0; i < num_kv; ++i) {
+    ASSIGN_OR_RETURN(std::string_view key_view, c.read_string("metadata key"));
+    std::string key(key_view);
+    ASSIGN_OR_RETURN(uint32_t type_raw, c.read<uint32_t>("type of " + key));
+    auto type = static_cast<GgufValueType>(type_raw);
+    auto read_scalar = [&](GgufValueType t) -> Result<Scalar> {
+      switch (t) {
+        case GgufValueType::kUint8:
+          return Scalar(uint64_t{*c.read<uint8_t>(key)});
+        case GgufValueType::kInt8:
+          return Scalar(int64_t{*c.read<int8_t>(key)});
+        case GgufValueType::kUint16:
+          return Scalar(uint64_t{*c.read<uint16_t>(key)});
+        case GgufValueType::kInt16:
+          return Scalar(int64_t{*c.read<int16_t>(key)});
+        case GgufValueType::kUint32:
+          return Scalar(uint64_t{*c.read<uint32_t>(key)});
+        case GgufValueType::kInt32:
+          return Scalar(int64_t{*c.read<int32_t>(key)});
+        case GgufValueType::kUint64:
+          return Scalar(*c.read<uint64_t>(key));
+        case GgufValueType::kInt64:
+          return Scalar(*c.read<int64_t>(key));
+        case GgufValueType::kFloat32:
+          return Scalar(float_to_short_double(*c.read<float>(key)));
+        case GgufValueType::kFloat64:
+          return Scalar(*c.read<double>(key));
+        case GgufValueType::kBool:
+          return Scalar(*c.read<uint8_t>(key) != 0);
+        case GgufValueType::kString: {
+          ASSIGN_OR_RETURN(std::string_view s, c.read_string(key));
+          return Scalar(std::string(s));
+        }
+        default:
+          return data_loss(path + ": metadata " + key + " has unknown type " +
+                           std::to_string(static_cast<uint32_t>(t)));
+      }
+    };
+    if (type == GgufValueType::kArray) {
+      ASSIGN_OR_RETURN(uint32_t elem_raw, c.read<uint32_t>("array type of " + key));
+      ASSIGN_OR_RETURN(uint64_t count, c.read<uint64_t>("array length of " + key));
+      auto elem = static_cast<GgufValueType>(elem_raw);
+      ArrayRef ref{elem, 0, c.pos()};
+      if (elem == GgufValueType::kString) {
+        if (count > static_cast<uint64_t>(c.remaining()) / 8)
+          return c.truncated(key);
+        for (uint64_t k = 0; k < count; ++k)
+          RETURN_IF_ERROR(c.read_string(key));
+      } else if (int64_t size = scalar_size(elem); size > 0) {
+        if (count > static_cast<uint64_t>(c.remaining() / size))
+          return c.truncated(key);
+        RETURN_IF_ERROR(c.skip(static_cast<int64_t>(count) * size, key));
+      } else {
+        return unimplemented(path + ": metadata " + key + " is an array of type " +
+                             std::to_string(elem_raw) + " (nested arrays are not supported)");
+      }
+      ref.count = static_cast<int64_t>(count);
+      arrays_[key] = ref;
+      continue;
+    }
+    // Only well-formed scalars are readable; a read error above is reported through *value.
+    if (scalar_size(type) > 0 && c.remaining() < scalar_size(type))
+      return c.truncated(key);
+    ASSIGN_OR_RETURN(Scalar value, read_scalar(type));
+    scalars_[key] = std::move(value);
+  }
+
+  int64_t alignment = 32;
+  if (has_key("general.alignment")) {
+    ASSIGN_OR_RETURN(alignment, get_int("general.alignment"));
+    if (alignment <= 0 || (alignment & (alignment - 1)) != 0 || alignment > (1 << 20)) {
+      return data_loss(path + ": general.alignment " + std::to_string(alignment) +
+                       " is not a power of two");
+    }
+  }
+
+  std::set<std::string> seen;
+  for (uint64_t i = 0; i < num_tensors; ++i) {
+    GgufTensorInfo info;
+    ASSIGN_OR_RETURN(std::string_view name, c.read_string("tensor name"));
+    info.name = std::string(name);
+    if (!seen.insert(info.name).second)
+      return data_loss(path + ": duplicate tensor " + info.name);
+    ASSIGN_OR_RETURN(uint32_t num_dims, c.read<uint32_t>("dims of " + info.name));
+    if (num_dims < 1 || num_dims > kMaxDims) {
+      return data_loss(path + ": tensor " + info.name + " has " + std::to_string(num_dims) +
+                       " dimensions");
+    }
+    int64_t num_elements = 1;
+    for (uint32_t d = 0; d < num_dims; ++d) {
+      ASSIGN_OR_RETURN(uint64_t dim, c.read<uint64_t>("dims of " + info.name));
+      if (dim > (uint64_t{1} << 40) ||
+          (dim != 0 && num_elements > (int64_t{1} << 50) / static_cast<int64_t>(dim))) {
+        return data_loss(path + ": tensor " + info.name + " has an absurd shape");
+      }
+      info.dims.push_back(static_cast<int64_t>(dim));
+      num_elements *= static_cast<int64_t>(dim);
+    }
+    ASSIGN_OR_RETURN(info.ggml_type, c.read<uint32_t>("type of " + info.name));
+    ASSIGN_OR_RETURN(uint64_t offset, c.read<uint64_t>("offset of " + info.name));
+    if (offset % static_cast<uint64_t>(alignment) != 0 || offset > (uint64_t{1} << 60)) {
+      return data_loss(path + ": tensor " + info.name + " offset " + std::to_string(offset) +
+                       " is not aligned to " + std::to_string(alignment));
+    }
+    info.offset = static_cast<int64_t>(offset);
+    if (const GgmlTypeTraits* t = ggml_traits(info.ggml_type); t && t->block_size > 0) {
+      if (info.dims[0] % t->block_size != 0) {
+        return data_loss(path + ": tensor " + info.name + " row of " +
+                         std::to_string(info.dims[0]) + " values is not a whole number of " +
+                         t->name + " blocks");
+      }
+      info.num_bytes = num_elements / t->block_size * t->type_size;
+    }
+    tensors_.push_back(std::move(info));
+  }
+
+  const int64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
+  const int64_t data_size = file_->size() - std::min(data_start, file_->size());
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    GgufTensorInfo& t = tensors_[i];
+    const int64_t size = std::max<int64_t>(t.num_bytes, 0);
+    if (t.offset > data_size || size > data_size - t.offset) {
+      return data_loss(path + ": tensor " + t.name + " (" + std::to_string(size) +
+                       " bytes at data offset " + std::to_string(t.offset) +
+                       ") runs past the end of the file (" + std::to_string(data_size) +
+                       " data bytes): the file is truncated or corrupt");
+    }
+    ranges.emplace_back(t.offset, t.offset + size);
+    t.offset += data_start;
+    if (auto hf = gguf_to_hf_name(t.name))
+      by_hf_name_[*hf] = i;
+  }
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (ranges[order[i]].first < ranges[order[i - 1]].second) {
+      return data_loss(path + ": tensors " + tensors_[order[i - 1]].name + " and " +
+                       tensors_[order[i]].name + " overlap");
+    }
+  }
+
+  if (has_key("general.architecture")) {
+    ASSIGN_OR_RETURN(architecture_, get_string("general.architecture"));
+    if (architecture_ == "llama") {
+      ASSIGN_OR_RETURN(num_heads_, get_int("llama.attention.head_count"));
+      num_kv_heads_ = num_heads_;
+      if (has_key("llama.attention.head_count_kv")) {
+        ASSIGN_OR_RETURN(num_kv_heads_, get_int("llama.attention.head_count_kv"));
+      }
+      if (num_heads_ <= 0 || num_kv_heads_ <= 0) {
+        return data_loss(path + ": llama.attention.head_count(_kv) must be positive");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<TensorView> GgufFile::get(const std::string& hf_name) const {
+  auto it = by_hf_name_.find(hf_name);
+  if (it == by_hf_name_.end())
+    return not_found(path() + ": no tensor " + hf_name);
+  const GgufTensorInfo& info = tensors_[it->second];
+  std::optional<DType> dtype = dtype_of_ggml(info.ggml_type);
+  if (!dtype) {
+    return unimplemented(path() + ": tensor " + info.name + " (" + hf_name + ") has ggml type " +
+                         ggml_type_name(info.ggml_type) + " (supported: F32, F16, BF16, Q8_0)");
+  }
+  TensorView v;
+  v.name = hf_name;
+  v.dtype = *dtype;
+  v.shape.assign(info.dims.rbegin(), info.dims.rend());
+  v.data = file_->data() + info.offset;
+  v.num_bytes = info.num_bytes;
+
+  int64_t heads = 0;
+  if (architecture_ == "llama") {
+    ModelConfig probe;
+    probe.architecture = Architecture::kLlama;
+    probe.num_attention_heads = static_cast<int>(num_heads_);
+    probe.num_key_value_heads = static_cast<int>(num_kv_heads_);
+    heads = gguf_qk_permute_heads(probe, hf_name);
+  }
+  if (heads == 0)
+    return v;
+  const int64_t num_rows = v.shape[0];
+  if (v.shape.size() > 2 || num_rows % (2 * heads) != 0) {
+    return data_loss(path() + ": tensor " + info.name + " has shape " + shape_to_string(v.shape) +
+                     ", which cannot be split into " + std::to_string(heads) + " heads");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& buffer = unpermuted_[hf_name];
+  if (!buffer) {
+    const int64_t row_bytes = v.num_bytes / num_rows;
+    auto out = std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(v.num_bytes));
+    const auto* src = static_cast<const uint8_t*>(v.data);
+    for (int64_t g = 0; g < num_rows; ++g) {
+      std::memcpy(out->data() + llama_qk_hf_row(g, num_rows, heads) * row_bytes,
+                  src + g * row_bytes, static_cast<size_t>(row_bytes));
+    }
+    buffer = std::move(out);
+  }
+  v.data = buffer->data();
+  return v;
+}
+
+std::vector<std::string> GgufFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, index] : by_hf_name_)
+    out.push_back(name);
+  return out;
+}
+
+bool GgufFile::has_key(const std::string& key) const {
+  return scalars_.count(key) > 0 || arrays_.count(key) > 0;
+}
+
+Result<const GgufFile::Scalar*> GgufFile::scalar(const std::string& key) const {
+  auto it = scalars_.find(key);
+  if (it == scalars_.end()) {
+    if (arrays_.count(key))
+      return invalid_argument(path() + ": metadata " + key + " is an array");
+    return not_found(path() + ": metadata key " + key + " is missing");
+  }
+  return &it->second;
+}
+
+Result<const GgufFile::ArrayRef*> GgufFile::array(const std::string& key) const {
+  auto it = arrays_.find(key);
+  if (it == arrays_.end()) {
+    if (scalars_.count(key))
+      return invalid_argument(path() + ": metadata " + key + " is not an array");
+    return not_found(path() + ": metadata key " + key + " is missing");
+  }
+  return &it->second;
+}
+
+Result<int64_t> GgufFile::get_int(const std::string& key) const {
+  ASSIGN_OR_RETURN(const Scalar* s, scalar(key));
+  if (const auto* u = std::get_if<uint64_t>(s)) {
+    if (*u > static_cast<uint64_t>(INT64_MAX))
+      return invalid_argument(path() + ": " + key + " is too large");
+    return static_cast<int64_t>(*u);
+  }
+  if (const auto* i = std::get_if<int64_t>(s))
+    return *i;
+  return invalid_argument(path() + ": metadata " + key + " is not an integer");
+}
+
+Result<double> GgufFile::get_float(const std::string& key) const {
+  ASSIGN_OR_RETURN(const Scalar* s, scalar(key));
+  if (const auto* d = std::get_if<double>(s))
+    return *d;
+  if (const auto* u = std::get_if<uint64_t>(s))
+    return static_cast<double>(*u);
+  if (const auto* i = std::get_if<int64_t>(s))
+    return static_cast<double>(*i);
+  return invalid_argument(path() + ": metadata " + key + " is not a number");
+}
+
+Result<std::string> GgufFile::get_string(const std::string& key) const {
+  ASSIGN_OR_RETURN(const Scalar* s, scalar(key));
+  if (const auto* str = std::get_if<std::string>(s))
+    return *str;
+  return invalid_argument(path() + ": metadata " + key + " is not a string");
+}
+
+Result<bool> GgufFile::get_bool(const std::string& key) const {
+  ASSIGN_OR_RETURN(const Scalar* s, scalar(key));
+  if (const auto* b = std::get_if<bool>(s))
+    return *b;
+  return invalid_argument(path() + ": metadata " + key + " is not a bool");
+}
+
+Result<int64_t> GgufFile::get_array_size(const std::string& key) const {
+  ASSIGN_OR_RETURN(const ArrayRef* a, array(key));
+  return a->count;
+}
+
+Result<std::vector<std::string>> GgufFile::get_string_array(const std::string& key) const {
+  ASSIGN_OR_RETURN(const ArrayRef* a, array(key));
+  if (a->element_type != GgufValueType::kString) {
+    return invalid_argument(path() + ": metadata " + key + " is not an array of strings");
+  }
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(a->count));
+  int64_t pos = a->offset;  // validated by parse()
+  for (int64_t i = 0; i < a->count; ++i) {
+    uint64_t len = 0;
+    std::memcpy(&len, file_->data() + pos, 8);
+    out.emplace_back(reinterpret_cast<const char*>(file_->data()) + pos + 8, len);
+    pos += 8 + static_cast<int64_t>(len);
+  }
+  return out;
+}
+
+Result<std::vector<int64_t>> GgufFile::get_int_array(const std::string& key) const {
+  ASSIGN_OR_RETURN(const ArrayRef* a, array(key));
+  std::vector<int64_t> out;
+  const uint8_t* p = file_->data() + a->offset;
+  const int64_t size = scalar_size(a->element_type);
+  for (int64_t i = 0; i < a->count; ++i, p += size) {
+    switch (a->element_type) {
+      case GgufValueType::kUint8:
+        out.push_back(*p);
+        break;
+      case GgufValueType::kInt8:
+        out.push_back(static_cast<int8_t>(*p));
+        break;
+      case GgufValueType::kUint16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out.push_back(v);
+        break;
+      }
+      case GgufValueType::kInt16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        out.push_back(v);
+        break;
+      }
+      case GgufValueType::kUint32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        out.push_back(v);
+        break;
+      }
+      case GgufValueType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out.push_back(v);
+        break;
+      }
+      case GgufValueType::kUint64: {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        out.push_back(static_cast<int64_t>(v));
+        break;
+      }
+      case GgufValueType::kInt64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out.push_back(v);
+        break;
+      }
+      default:
+        return invalid_argument(path() + ": metadata " + key + " is not an array of integers");
+    }
+  }
+  return out;
+}
+
+Result<ModelConfig> GgufFile::model_config() const {
+  ModelConfig c;
+  ASSIGN_OR_RETURN(std::string arch, get_string("general.architecture"));
+  if (arch == "llama") {
+    c.architecture = Architecture::kLlama;
+  } else if (arch == "qwen2") {
+    c.architecture = Architecture::kQwen2;
+  } else if (arch == "qwen3") {
+    c.architecture = Architecture::kQwen3;
+  } else {
+    return unimplemented(path() + ": general.architecture '" + arch +
+                         "' is not supported (llama, qwen2, qwen3 are)");
+  }
+  c.architecture_name = std::string(architecture_name(c.architecture));
+  auto int_key = [&](const std::string& suffix) -> Result<int> {
+    ASSIGN_OR_RETURN(int64_t v, get_int(arch + "." + suffix));
+    if (v <= 0 || v > INT32_MAX) {
+      return invalid_argument(path() + ": " + arch + "." + suffix + " = " + std::to_string(v) +
+                              " is out of range");
+    }
+    return static_cast<int>(v);
+  };
+  ASSIGN_OR_RETURN(c.hidden_size, int_key("embedding_length"));
+  ASSIGN_OR_RETURN(c.num_hidden_layers, int_key("block_count"));
+  ASSIGN_OR_RETURN(c.intermediate_size, int_key("feed_forward_length"));
+  ASSIGN_OR_RETURN(c.num_attention_heads, int_key("attention.head_count"));
+  c.num_key_value_heads = c.num_attention_heads;
+  if (has_key(arch + ".attention.head_count_kv")) {
+    ASSIGN_OR_RETURN(c.num_key_value_heads, int_key("attention.head_count_kv"));
+  }
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  if (has_key(arch + ".attention.key_length")) {
+    ASSIGN_OR_RETURN(c.head_dim, int_key("attention.key_length"));
+  }
+  ASSIGN_OR_RETURN(c.max_position_embeddings, int_key("context_length"));
+  ASSIGN_OR_RETURN(c.rms_norm_eps, get_float(arch + ".attention.layer_norm_rms_epsilon"));
+  if (has_key(arch + ".rope.freq_base")) {
+    ASSIGN_OR_RETURN(c.rope_theta, get_float(arch + ".rope.freq_base"));
+  }
+
+  if (has_key("crescent.rope_scaling.factor")) {
+    c.rope_scaling.is_llama3 = true;
+    ASSIGN_OR_RETURN(c.rope_scaling.factor, get_float("crescent.rope_scaling.factor"));
+    ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor,
+                     get_float("crescent.rope_scaling.low_freq_factor"));
+    ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor,
+                     get_float("crescent.rope_scaling.high_freq_factor"));
+    ASSIGN_OR_RETURN(int64_t original,
+                     get_int("crescent.rope_scaling.original_max_position_embeddings"));
+    c.rope_scaling.original_max_position_embeddings = static_cast<int>(original);
+  } else if (auto it = std::find_if(tensors_.begin(), tensors_.end(),
+                                    [](const auto& t) { return t.name == "rope_freqs.weight"; });
+             it != tensors_.end()) {
+    // llama.cpp stores llama3 scaling only as per-pair factors. Recover the parameters by
+    // assuming Llama 3.1/3.2's low/high/original values and checking every factor matches.
+    if (it->ggml_type != kGgmlTypeF32 || it->dims.size() != 1 || it->dims[0] != c.head_dim / 2) {
+      return unimplemented(path() + ": rope_freqs.weight has an unexpected type or shape");
+    }
+    std::vector<float> stored(static_cast<size_t>(it->dims[0]));
+    std::memcpy(stored.data(), file_->data() + it->offset, stored.size() * 4);
+    c.rope_scaling = {true, *std::max_element(stored.begin(), stored.end()), 1.0, 4.0, 8192};
+    std::vector<float> expected = llama3_rope_freq_factors(c);
+    for (size_t i = 0; i < stored.size(); ++i) {
+      if (std::fabs(stored[i] - expected[i]) > 1e-3f * std::fabs(expected[i])) {
+        return unimplemented(path() +
+                             ": rope_freqs.weight does not match llama3 scaling with "
+                             "low_freq_factor 1, high_freq_factor 4, original context 8192");
+      }
+    }
+  } else if (has_key(arch + ".rope.scaling.type")) {
+    ASSIGN_OR_RETURN(std::string type, get_string(arch + ".rope.scaling.type"));
+    if (type != "none") {
+      return unimplemented(path() + ": RoPE scaling type '" + type + "' is not supported");
+    }
+  }
+
+  auto embd = by_hf_name_.find("model.embed_tokens.weight");
+  if (embd != by_hf_name_.end()) {
+    const auto& dims = tensors_[embd->second].dims;
+    if (dims.size() != 2)
+      return data_loss(path() + ": token_embd.weight is not 2-D");
+    c.vocab_size = static_cast<int>(dims[1]);
+  } else if (has_key("tokenizer.ggml.tokens")) {
+    ASSIGN_OR_RETURN(int64_t n, get_array_size("tokenizer.ggml.tokens"));
+    c.vocab_size = static_cast<int>(n);
+  } else {
+    return invalid_argument(path() + ": cannot tell the vocabulary size (no token_embd.weight)");
+  }
+  c.tie_word_embeddings = by_hf_name_.count("lm_head.weight") == 0;
+  c.has_qkv_bias = c.architecture == Architecture::kQwen2 ||
+                   by_hf_name_.count("model.layers.0.self_attn.q_proj.bias") > 0;
+  c.has_qk_norm = c.architecture == Architecture::kQwen3;
+
+  if (has_key("tokenizer.ggml.bos_token_id")) {
+    ASSIGN_OR_RETURN(int64_t bos, get_int("tokenizer.ggml.bos_token_id"));
+    c.bos_token_id = static_cast<int>(bos);
+  }
+  if (has_key("crescent.eos_token_ids")) {
+    ASSIGN_OR_RETURN(auto ids, get_int_array("crescent.eos_token_ids"));
+    for (int64_t id : ids)
+      c.eos_token_ids.push_back(static_cast<int>(id));
+  } else {
+    for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                            "tokenizer.ggml.eom_token_id"}) {
+      if (!has_key(key))
+        continue;
+      ASSIGN_OR_RETURN(int64_t id, get_int(key));
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
+        c.eos_token_ids.push_back(static_cast<int>(id));
+      }
+    }
+  }
+  if (has_key("crescent.torch_dtype")) {
+    ASSIGN_OR_RETURN(c.torch_dtype, get_string("crescent.torch_dtype"));
+  }
+  Status valid = validate_model_config(c);
+  if (!valid.is_ok())
+    return valid.with_context(path());
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+namespace {
+template <typename T>
+void append(std::vector<uint8_t>& buf, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  buf.insert(buf.end(), p, p + sizeof(T));
+}
+void append_string(std::vector<uint8_t>& buf, std::string_view s) {
+  append<uint64_t>(buf, s.size());
+  buf.insert(buf.end(), s.begin(), s.end());
+}
+}  // namespace
+
+GgufWriter::GgufWriter(std::string path, int64_t alignment)
+    : path_(std::move(path)), alignment_(alignment) {
+  CRESCENT_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0) << "bad alignment";
+  if (alignment != 32)
+    set_u32("general.alignment", static_cast<uint32_t>(alignment));
+}
+GgufWriter::~GgufWriter() = default;
+
+void GgufWriter::put_key(const std::string& key, GgufValueType type) {
+  CRESCENT_CHECK(!out_) << "GGUF metadata set after write_header";
+  append_string(kv_bytes_, key);
+  append<uint32_t>(kv_bytes_, static_cast<uint32_t>(type));
+  ++num_kv_;
+}
+void GgufWriter::set_u32(const std::string& key, uint32_t value) {
+  put_key(key, GgufValueType::kUint32);
+  append(kv_bytes_, value);
+}
+void GgufWriter::set_i32(const std::string& key, int32_t value) {
+  put_key(key, GgufValueType::kInt32);
+  append(kv_bytes_, value);
+}
+void GgufWriter::set_u64(const std::string& key, uint64_t value) {
+  put_key(key, GgufValueType::kUint64);
+  append(kv_bytes_, value);
+}
+void GgufWriter::set_f32(const std::string& key, float value) {
+  put_key(key, GgufValueType::kFloat32);
+  append(kv_bytes_, value);
+}
+void GgufWriter::set_bool(const std::string& key, bool value) {
+  put_key(key, GgufValueType::kBool);
+  append<uint8_t>(kv_bytes_, value ? 1 : 0);
+}
+void GgufWriter::set_string(const std::string& key, std::string_view value) {
+  put_key(key, GgufValueType::kString);
+  append_string(kv_bytes_, value);
+}
+void GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& values) {
+  put_key(key, GgufValueType::kArray);
+  append<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufValueType::kString));
+  append<uint64_t>(kv_bytes_, values.size());
+  for (const auto& v : values)
+    append_string(kv_bytes_, v);
+}
+void GgufWriter::set_i32_array(const std::string& key, const std::vector<int32_t>& values) {
+  put_key(key, GgufValueType::kArray);
+  append<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufValueType::kInt32));
+  append<uint64_t>(kv_bytes_, values.size());
+  for (int32_t v : values)
+    append(kv_bytes_, v);
+}
+
+Status GgufWriter::add_tensor(const std::string& gguf_name, DType dtype,
+                              std::vector<int64_t> hf_shape) {
+  if (hf_shape.empty() || hf_shape.size() > kMaxDims) {
+    return invalid_argument(gguf_name + ": GGUF tensors have 1 to 4 dimensions");
+  }
+  int64_t n = 1;
+  for (int64_t d : hf_shape)
+    n *= d;
+  if (dtype == DType::kQ8_0 && hf_shape.back() % kQ8BlockSize != 0) {
+    return invalid_argument(gguf_name + ": rows of " + std::to_string(hf_shape.back()) +
+                            " values cannot be stored as Q8_0 (needs a multiple of 32)");
+  }
+  return add_tensor_raw(gguf_name, ggml_type_of(dtype), std::move(hf_shape),
+                        dtype_num_bytes(dtype, n));
+}
+
+Status GgufWriter::add_tensor_raw(const std::string& gguf_name, uint32_t ggml_type,
+                                  std::vector<int64_t> hf_shape, int64_t num_bytes) {
+  if (out_)
+    return failed_precondition(path_ + ": add_tensor after write_header");
+  for (const auto& t : tensors_) {
+    if (t.name == gguf_name)
+      return invalid_argument(path_ + ": duplicate tensor " + gguf_name);
+  }
+  tensors_.push_back({gguf_name, ggml_type, std::move(hf_shape), num_bytes});
+  return Status::ok();
+}
+
+Status GgufWriter::write_header() {
+  if (out_)
+    return failed_precondition(path_ + ": header already written");
+  std::vector<uint8_t> head;
+  append<uint32_t>(head, kGgufMagic);
+  append<uint32_t>(head, 3);
+  append<uint64_t>(head, tensors_.size());
+  append<uint64_t>(head, num_kv_);
+  head.insert(head.end(), kv_bytes_.begin(), kv_bytes_.end());
+  int64_t offset = 0;
+  for (const auto& t : tensors_) {
+    append_string(head, t.name);
+    append<uint32_t>(head, static_cast<uint32_t>(t.hf_shape.size()));
+    for (auto it = t.hf_shape.rbegin(); it != t.hf_shape.rend(); ++it) {
+      append<uint64_t>(head, static_cast<uint64_t>(*it));
+    }
+    append<uint32_t>(head, t.ggml_type);
+    append<uint64_t>(head, static_cast<uint64_t>(offset));
+    offset += (t.num_bytes + alignment_ - 1) / alignment_ * alignment_;
+  }
+  head.resize((head.size() + alignment_ - 1) / alignment_ * alignment_, 0);
+  ASSIGN_OR_RETURN(out_, FileWriter::create(path_));
+  RETURN_IF_ERROR(out_->write(head.data(), static_cast<int64_t>(head.size())));
+  current_ = 0;
+  current_written_ = 0;
+  while (current_ < tensors_.size() && tensors_[current_].num_bytes == 0)
+    ++current_;
+  return Status::ok();
+}
+
+Status GgufWriter::write_data(const void* data, int64_t num_bytes) {
+  if (!out_)
+    return failed_precondition(path_ + ": write_data before write_header");
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (num_bytes > 0) {
+    if (current_ >= tensors_.size()) {
+      return invalid_argument(path_ + ": more data written than the declared tensors hold");
+    }
+    const int64_t size = tensors_[current_].num_bytes;
+    int64_t n = std::min(num_bytes, size - current_written_);
+    RETURN_IF_ERROR(out_->write(p, n));
+    p += n;
+    num_bytes -= n;
+    current_written_ += n;
+    while (current_ < tensors_.size() && current_written_ == tensors_[current_].num_bytes) {
+      const int64_t padded = (current_written_ + alignment_ - 1) / alignment_ * alignment_;
+      RETURN_IF_ERROR(out_->write_zeros(padded - current_written_));
+      ++current_;
+      current_written_ = 0;
+    }
+  }
+  return Status::ok();
+}
+
+Status GgufWriter::finish() {
+  if (!out_)
+    RETURN_IF_ERROR(write_header());
+  if (current_ < tensors_.size()) {
+    return failed_precondition(path_ + ": tensor " + tensors_[current_].name +
+                               " was not written in full");
+  }
+  return out_->close();
+}
+
+void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& c, const std::string& model_name) {
+  const std::string arch(architecture_model_type(c.architecture));
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", model_name);
+  auto u32 = [](int v) { return static_cast<uint32_t>(v); };
+  w.set_u32(arch + ".vocab_size", u32(c.vocab_size));
+  w.set_u32(arch + ".context_length", u32(c.max_position_embeddings));
+  w.set_u32(arch + ".embedding_length", u32(c.hidden_size));
+  w.set_u32(arch + ".block_count", u32(c.num_hidden_layers));
+  w.set_u32(arch + ".feed_forward_length", u32(c.intermediate_size));
+  w.set_u32(arch + ".attention.head_count", u32(c.num_attention_heads));
+  w.set_u32(arch + ".attention.head_count_kv", u32(c.num_key_value_heads));
+  w.set_u32(arch + ".attention.key_length", u32(c.head_dim));
+  w.set_u32(arch + ".attention.value_length", u32(c.head_dim));
+  w.set_u32(arch + ".rope.dimension_count", u32(c.head_dim));
+  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.set_f32(arch + ".rope.freq_base", static_cast<float>(c.rope_theta));
+  if (c.rope_scaling.is_llama3) {
+    w.set_f32("crescent.rope_scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    w.set_f32("crescent.rope_scaling.low_freq_factor",
+              static_cast<float>(c.rope_scaling.low_freq_factor));
+    w.set_f32("crescent.rope_scaling.high_freq_factor",
+              static_cast<float>(c.rope_scaling.high_freq_factor));
+    w.set_u32("crescent.rope_scaling.original_max_position_embeddings",
+              u32(c.rope_scaling.original_max_position_embeddings));
+  }
+  std::vector<int32_t> eos(c.eos_token_ids.begin(), c.eos_token_ids.end());
+  w.set_i32_array("crescent.eos_token_ids", eos);
+  if (!c.torch_dtype.empty())
+    w.set_string("crescent.torch_dtype", c.torch_dtype);
+}
+
+Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_json,
+                                   const ModelConfig& c) {
+  constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
+  std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
+  std::vector<int32_t> types(static_cast<size_t>(c.vocab_size), 0);
+  std::vector<std::string> merges;
+  try {
+    json tok = json::parse(tokenizer_json);
+    const json& model = tok.at("model");
+    if (model.value("type", "") != "BPE") {
+      return unimplemented("tokenizer.json: only BPE tokenizers can be written to GGUF");
+    }
+    auto place = [&](int64_t id, const std::string& text, int32_t type) -> Status {
+      if (id < 0 || id >= c.vocab_size) {
+        return invalid_argument("tokenizer.json: token id " + std::to_string(id) +
+                                " is outside the model's vocabulary of " +
+                                std::to_string(c.vocab_size));
+      }
+      tokens[static_cast<size_t>(id)] = text;
+      types[static_cast<size_t>(id)] = type;
+      return Status::ok();
+    };
+    for (const auto& [text, id] : model.at("vocab").items()) {
+      RETURN_IF_ERROR(place(id.get<int64_t>(), text, kNormal));
+    }
+    if (auto it = tok.find("added_tokens"); it != tok.end() && it->is_array()) {
+      for (const auto& t : *it) {
+        RETURN_IF_ERROR(place(t.at("id").get<int64_t>(), t.at("content").get<std::string>(),
+                              t.value("special", false) ? kControl : kUserDefined));
+      }
+    }
+    for (const auto& m : model.at("merges")) {
+      if (m.is_string()) {
+        merges.push_back(m.get<std::string>());
+      } else {
+        merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+      }
+    }
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("tokenizer.json: ") + e.what());
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] == 0) {
+      tokens[i] = "[PAD" + std::to_string(i) + "]";
+      types[i] = kUnused;
+    }
+  }
+  const bool is_llama = c.architecture == Architecture::kLlama;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", is_llama ? "llama-bpe" : "qwen2");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", merges);
+  if (c.bos_token_id)
+    w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
+  if (!c.eos_token_ids.empty()) {
+    w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids[0]));
+  }
+  w.set_bool("tokenizer.ggml.add_bos_token", is_llama);
+  return Status::ok();
+}
+
+Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
+                  DType dtype, std::string_view tokenizer_json, const std::string& model_name,
+                  const std::function<void(int64_t, int64_t)>& progress) {
+  GgufWriter w(path);
+  add_gguf_model_metadata(w, config, model_name);
+  uint32_t file_type = 0;
+  switch (dtype) {
+    case DType::kF32:
+      file_type = 0;
+      break;
+    case DType::kF16:
+      file_type = 1;
+      break;
+    case DType::kQ8_0:
+      file_type = 7;
+      break;
+    case DType::kBF16:
+      file_type = 32;
+      break;
+  }
+  w.set_u32("general.file_type", file_type);
+  w.set_u32("general.quantization_version", 2);
+  RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config));
+
+  struct Plan {
+    TensorView view;
+    DType out;
+    int64_t heads;
+  };
+  std::vector<Plan> plans;
+  for (const std::string& name : source.names()) {
+    std::optional<std::string> gguf_name = hf_to_gguf_name(name);
+    if (!gguf_name)
+      return unimplemented("tensor " + name + " has no GGUF name");
+    ASSIGN_OR_RETURN(TensorView view, source.get(name));
+    if (view.shape.empty() || view.shape.size() > 2) {
+      return invalid_argument(name + " has shape " + shape_to_string(view.shape) +
+                              "; only 1-D and 2-D tensors are written to GGUF");
+    }
+    DType out = view.shape.size() == 1 ? DType::kF32 : dtype;
+    RETURN_IF_ERROR(w.add_tensor(*gguf_name, out, view.shape));
+    plans.push_back({std::move(view), out, gguf_qk_permute_heads(config, name)});
+  }
+  std::vector<float> rope_factors;
+  if (config.rope_scaling.is_llama3) {
+    rope_factors = llama3_rope_freq_factors(config);
+    RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", DType::kF32,
+                                 {static_cast<int64_t>(rope_factors.size())}));
+  }
+  RETURN_IF_ERROR(w.write_header());
+  int64_t total_bytes = 0;
+  for (const Plan& p : plans)
+    total_bytes += dtype_num_bytes(p.out, p.view.num_elements());
+  int64_t done_bytes = 0;
+
+  std::vector<float> row;
+  std::vector<uint8_t> converted;
+  for (const Plan& p : plans) {
+    const TensorView& v = p.view;
+    // A permuted 1-D bias is handled as a column of single-value rows.
+    const bool column = v.shape.size() == 1 && p.heads > 0;
+    const int64_t num_rows = v.shape.size() == 2 || column ? v.shape[0] : 1;
+    const int64_t num_cols = v.num_elements() / std::max<int64_t>(num_rows, 1);
+    if (p.heads > 0 && num_rows % (2 * p.heads) != 0) {
+      return invalid_argument(v.name + " has " + std::to_string(num_rows) +
+                              " rows, which cannot be split into " + std::to_string(p.heads) +
+                              " heads");
+    }
+    const int64_t src_row_bytes = dtype_num_bytes(v.dtype, num_cols);
+    row.resize(static_cast<size_t>(num_cols));
+    converted.resize(static_cast<size_t>(dtype_num_bytes(p.out, num_cols)));
+    for (int64_t g = 0; g < num_rows; ++g) {
+      const int64_t src = p.heads > 0 ? llama_qk_hf_row(g, num_rows, p.heads) : g;
+      TensorView src_row{v.name,
+                         v.dtype,
+                         {num_cols},
+                         static_cast<const uint8_t*>(v.data) + src * src_row_bytes,
+                         src_row_bytes};
+      tensor_to_float(src_row, row.data());
+      switch (p.out) {
+        case DType::kF32:
+          std::memcpy(converted.data(), row.data(), row.size() * 4);
+          break;
+        case DType::kF16: {
+          auto* o = reinterpret_cast<uint16_t*>(converted.data());
+          for (int64_t i = 0; i < num_cols; ++i)
+            o[i] = float_to_f16(row[i]);
+          break;
+        }
+        case DType::kBF16: {
+          auto* o = reinterpret_cast<uint16_t*>(converted.data());
+          for (int64_t i = 0; i < num_cols; ++i)
+            o[i] = float_to_bf16(row[i]);
+          break;
+        }
+        case DType::kQ8_0:
+          quantize_q8_0(row.data(), num_cols, reinterpret_cast<Q8Block*>(converted.data()));
+          break;
+      }
+      RETURN_IF_ERROR(w.write_data(converted.data(), static_cast<int64_t>(converted.size())));
+    }
+    done_bytes += dtype_num_bytes(p.out, v.num_elements());
+    if (progress)
+      progress(done_bytes, total_bytes);
+  }
+  if (!rope_factors.empty()) {
+    RETURN_IF_ERROR(w.write_data(rope_factors.data(),
+                                 static_cast<int64_t>(rope_factors.size() * sizeof(float))));
+  }
+  return w.finish();
+}
+
+}  // namespace crescent::model

