@@ -1,0 +1,120 @@
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/kernel_table.h"
+
+namespace crescent::kernels {
+namespace {
+
+constexpr int64_t kQueryChunk = 16;
+
+struct Task {
+  int64_t seq;
+  int kv_head;
+  int64_t t_begin;
+  int64_t t_end;
+};
+
+}  // namespace
+
+void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
+              const int32_t* block_table, int layer, const KvCacheLayout& layout,
+              float* kv_base) {
+  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
+  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
+  const int64_t part = layout.layer_part_floats();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t pos = start_pos + t;
+    const int64_t block = block_table[pos / layout.block_size];
+    const int64_t slot = pos % layout.block_size;
+    float* base = kv_base + block * layout.block_num_floats() + slot * row;
+    std::memcpy(base + 2 * layer * part, k + t * row, row * sizeof(float));
+    std::memcpy(base + (2 * layer + 1) * part, v + t * row, row * sizeof(float));
+  }
+}
+
+void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num_heads, int layer,
+                     const KvCacheLayout& layout, const float* kv_base, float scale, float* out,
+                     ThreadPool& pool) {
+  const int num_kv_heads = layout.num_kv_heads;
+  CRESCENT_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0)
+      << num_heads << " heads over " << num_kv_heads << " kv heads";
+  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
+  const int group = num_heads / num_kv_heads;
+  const int head_dim = layout.head_dim;
+  const int block_size = layout.block_size;
+  const int64_t kv_row = int64_t{num_kv_heads} * head_dim;
+  const int64_t part = layout.layer_part_floats();
+  const internal::KernelTable& ops = internal::active_table();
+
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
+    for (int g = 0; g < num_kv_heads; ++g) {
+      for (int64_t t = 0; t < seqs[s].num_tokens; t += kQueryChunk) {
+        tasks.push_back({s, g, t, std::min(seqs[s].num_tokens, t + kQueryChunk)});
+      }
+    }
+  }
+  // Longest (latest) chunks first, so the dynamic task queue balances the causal triangle.
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
+    return seqs[a.seq].start_pos + a.t_end > seqs[b.seq].start_pos + b.t_end;
+  });
+
+  pool.parallel_for(static_cast<int>(tasks.size()), [&](int task_index) {
+    const Task& task = tasks[task_index];
+    const AttentionSeq& seq = seqs[task.seq];
+    std::vector<float> scores(block_size);
+    std::vector<float> max_score(group);
+    std::vector<float> sum(group);
+    for (int64_t t = task.t_begin; t < task.t_end; ++t) {
+      const int64_t num_keys = seq.start_pos + t + 1;
+      const int64_t row = seq.q_row + t;
+      for (int h = 0; h < group; ++h) {
+        const int64_t head = int64_t{task.kv_head} * group + h;
+        std::memset(out + (row * num_heads + head) * head_dim, 0, head_dim * sizeof(float));
+        max_score[h] = -std::numeric_limits<float>::infinity();
+        sum[h] = 0;
+      }
+      for (int64_t kb = 0; kb * block_size < num_keys; ++kb) {
+        const float* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_floats();
+        const float* k_base = block + 2 * layer * part + task.kv_head * head_dim;
+        const float* v_base = block + (2 * layer + 1) * part + task.kv_head * head_dim;
+        const int n = static_cast<int>(std::min<int64_t>(block_size, num_keys - kb * block_size));
+        for (int h = 0; h < group; ++h) {
+          const int64_t head = int64_t{task.kv_head} * group + h;
+          const float* qh = q + (row * num_heads + head) * head_dim;
+          float* oh = out + (row * num_heads + head) * head_dim;
+          float block_max = -std::numeric_limits<float>::infinity();
+          for (int j = 0; j < n; ++j) {
+            scores[j] = ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
+            block_max = std::max(block_max, scores[j]);
+          }
+          const float new_max = std::max(max_score[h], block_max);
+          if (new_max > max_score[h] && sum[h] > 0) {
+            const float correction = std::exp(max_score[h] - new_max);
+            sum[h] *= correction;
+            ops.scale(correction, oh, head_dim);
+          }
+          max_score[h] = new_max;
+          for (int j = 0; j < n; ++j) {
+            const float p = std::exp(scores[j] - new_max);
+            sum[h] += p;
+            ops.axpy(p, v_base + j * kv_row, oh, head_dim);
+          }
+        }
+      }
+      for (int h = 0; h < group; ++h) {
+        const int64_t head = int64_t{task.kv_head} * group + h;
+        ops.scale(1.0f / sum[h], out + (row * num_heads + head) * head_dim, head_dim);
+      }
+    }
+  });
+}
+
+}  // namespace crescent::kernels

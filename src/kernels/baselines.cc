@@ -1,0 +1,69 @@
+#include "kernels/baselines.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/kernel_table.h"
+
+namespace crescent::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace
+
+double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes) {
+  num_bytes = std::max<int64_t>(num_bytes / 4096 * 4096, 4096);
+  std::unique_ptr<char, FreeDeleter> src(static_cast<char*>(std::aligned_alloc(4096, num_bytes)));
+  std::unique_ptr<char, FreeDeleter> dst(static_cast<char*>(std::aligned_alloc(4096, num_bytes)));
+  CRESCENT_CHECK(src && dst) << "out of memory for the memcpy baseline";
+  const int n = pool.num_threads();
+  // First touch by the thread that later copies each part.
+  pool.parallel_for(n, [&](int c) {
+    const int64_t begin = num_bytes * c / n;
+    const int64_t end = num_bytes * (c + 1) / n;
+    std::memset(src.get() + begin, 1 + c, end - begin);
+    std::memset(dst.get() + begin, 0, end - begin);
+  });
+  double best_s = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    pool.parallel_for(n, [&](int c) {
+      const int64_t begin = num_bytes * c / n;
+      const int64_t end = num_bytes * (c + 1) / n;
+      std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
+    });
+    best_s = std::min(best_s, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return static_cast<double>(num_bytes) / best_s / 1e9;
+}
+
+double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
+  const internal::KernelTable& table = internal::kernel_table(detected_isa());
+  auto fn = (format == WeightFormat::kBF16 && table.peak_bf16_flops != nullptr)
+                ? table.peak_bf16_flops
+                : table.peak_fma_flops;
+  const int n = pool.num_threads();
+  constexpr int64_t kIters = int64_t{4} << 20;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(n, 0);
+    const auto start = Clock::now();
+    pool.parallel_for(n, [&](int c) { flops[c] = fn(kIters); });
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace crescent::kernels

@@ -1,0 +1,21 @@
+#pragma once
+// Hardware baselines the kernel benchmarks are judged against, measured in the same run:
+// memory copy bandwidth (what a bandwidth-bound GEMV can hope for) and register-only peak
+// multiply-add throughput (what a compute-bound GEMM can hope for). Each call takes ~0.1-1 s.
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+
+namespace crescent::kernels {
+
+// Every pool thread memcpy()s its own contiguous part of a num_bytes buffer into another;
+// best of several repetitions; GB/s counting bytes read (= bytes copied).
+double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20);
+
+// Register-only multiply-add loop on every pool thread: vdpbf16ps for kBF16 where the CPU has
+// AVX512-BF16, otherwise FP32 FMA at the widest width the CPU has. 2 flops per multiply-add.
+double measure_peak_gflops(ThreadPool& pool, WeightFormat format);
+
+}  // namespace crescent::kernels

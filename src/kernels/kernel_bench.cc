@@ -1,0 +1,147 @@
+#include "kernels/kernel_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "kernels/baselines.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+
+namespace crescent::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Qwen2.5-0.5B: hidden 896, intermediate 4864, 14 heads / 2 KV heads of 64, vocab 151936.
+constexpr int64_t kHidden = 896;
+constexpr int64_t kIntermediate = 4864;
+constexpr int64_t kKvDim = 128;
+constexpr int64_t kVocab = 151936;
+
+struct Shape {
+  const char* name;
+  int64_t rows;
+  int64_t cols;
+};
+constexpr Shape kLayerShapes[] = {
+    {"q_proj", kHidden, kHidden},      {"k_proj", kKvDim, kHidden},
+    {"v_proj", kKvDim, kHidden},       {"o_proj", kHidden, kHidden},
+    {"gate_proj", kIntermediate, kHidden}, {"up_proj", kIntermediate, kHidden},
+    {"down_proj", kHidden, kIntermediate},
+};
+
+// Deterministic BF16 weights in about [-1, 1] without a slow RNG (xorshift).
+std::vector<uint16_t> make_bf16(int64_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const float f = static_cast<float>(static_cast<int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
+    v[i] = float_to_bf16(f);
+  }
+  return v;
+}
+
+Result<PackedWeight> make_weight(const Shape& s, WeightFormat format, uint64_t seed) {
+  auto src = make_bf16(s.rows * s.cols, seed);
+  return pack_weight(src.data(), DType::kBF16, s.rows, s.cols, format);
+}
+
+template <typename Fn>
+double best_seconds(int num_reps, Fn&& fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < num_reps; ++i) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
+  if (o.num_threads < 1 || o.prefill_tokens < 1 || o.num_reps < 1) {
+    return invalid_argument("threads, tokens and reps must be >= 1");
+  }
+  if (!o.isa.empty()) {
+    ASSIGN_OR_RETURN(Isa isa, parse_isa(o.isa));
+    RETURN_IF_ERROR(set_active_isa(isa));
+  }
+  ThreadPool pool(o.num_threads);
+  const double memcpy_gbps = measure_memcpy_gbps(pool);
+  const double peak_bf16 = measure_peak_gflops(pool, WeightFormat::kBF16);
+  const double peak_f32 = measure_peak_gflops(pool, WeightFormat::kF32);
+  std::fprintf(out, "kernels benchmark: isa=%s (detected %s), %d threads\n",
+               std::string(isa_name(active_isa())).c_str(),
+               std::string(isa_name(detected_isa())).c_str(), o.num_threads);
+  std::fprintf(out, "baseline memcpy: %.1f GB/s (bytes read)\n", memcpy_gbps);
+  std::fprintf(out, "baseline peak: %.0f GFLOP/s (bf16 multiply-add), %.0f GFLOP/s (f32 FMA)\n\n",
+               peak_bf16, peak_f32);
+
+  // --- Decode GEMV: one token through a stack of layers that does not fit in cache. ---
+  std::fprintf(out, "decode GEMV (1 token), weights streamed from DRAM:\n");
+  std::fprintf(out, "  %-28s %10s %10s %9s %10s\n", "case", "MB", "ms", "GB/s", "vs memcpy");
+  std::vector<float> x(kIntermediate, 0.5f);
+  std::vector<float> y(kVocab);
+  for (WeightFormat format : {WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kF32}) {
+    std::vector<PackedWeight> stack;
+    int64_t stack_bytes = 0;
+    uint64_t seed = 1;
+    for (int l = 0; l < o.num_stack_layers; ++l) {
+      for (const Shape& s : kLayerShapes) {
+        ASSIGN_OR_RETURN(PackedWeight w, make_weight(s, format, seed++));
+        stack_bytes += w.num_bytes();
+        stack.push_back(std::move(w));
+      }
+    }
+    const double s = best_seconds(o.num_reps, [&] {
+      for (const PackedWeight& w : stack) matmul(x.data(), 1, w, nullptr, y.data(), pool);
+    });
+    const double gbps = static_cast<double>(stack_bytes) / s / 1e9;
+    char name[64];
+    std::snprintf(name, sizeof(name), "%d-layer stack %s", o.num_stack_layers,
+                  std::string(weight_format_name(format)).c_str());
+    std::fprintf(out, "  %-28s %10.1f %10.3f %9.1f %10.2f\n", name, stack_bytes / 1e6, s * 1e3,
+                 gbps, gbps / memcpy_gbps);
+    if (o.include_lm_head && format != WeightFormat::kF32) {
+      ASSIGN_OR_RETURN(PackedWeight lm, make_weight({"lm_head", kVocab, kHidden}, format, 99));
+      const double ls =
+          best_seconds(o.num_reps, [&] { matmul(x.data(), 1, lm, nullptr, y.data(), pool); });
+      const double lgbps = static_cast<double>(lm.num_bytes()) / ls / 1e9;
+      std::snprintf(name, sizeof(name), "lm_head %s",
+                    std::string(weight_format_name(format)).c_str());
+      std::fprintf(out, "  %-28s %10.1f %10.3f %9.1f %10.2f\n", name, lm.num_bytes() / 1e6,
+                   ls * 1e3, lgbps, lgbps / memcpy_gbps);
+    }
+  }
+
+  // --- Prefill GEMM. ---
+  const int64_t nt = o.prefill_tokens;
+  std::fprintf(out, "\nprefill GEMM (%lld tokens):\n", static_cast<long long>(nt));
+  std::fprintf(out, "  %-28s %10s %9s %10s\n", "case", "ms", "GFLOP/s", "vs peak");
+  std::vector<float> xp(nt * kIntermediate, 0.25f);
+  std::vector<float> yp(nt * kIntermediate);
+  for (WeightFormat format : {WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kF32}) {
+    for (const Shape& s : {kLayerShapes[0], kLayerShapes[4], kLayerShapes[6]}) {
+      ASSIGN_OR_RETURN(PackedWeight w, make_weight(s, format, 7));
+      const double sec = best_seconds(
+          o.num_reps, [&] { matmul(xp.data(), nt, w, nullptr, yp.data(), pool); });
+      const double gflops = 2.0 * nt * s.rows * s.cols / sec / 1e9;
+      const double peak = format == WeightFormat::kBF16 ? peak_bf16 : peak_f32;
+      char name[64];
+      std::snprintf(name, sizeof(name), "%s %lldx%lld %s", s.name, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols),
+                    std::string(weight_format_name(format)).c_str());
+      std::fprintf(out, "  %-28s %10.3f %9.1f %10.2f%s\n", name, sec * 1e3, gflops,
+                   gflops / peak, format == WeightFormat::kBF16 ? " (of bf16 peak)" : " (of f32 peak)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace crescent::kernels

@@ -1,0 +1,27 @@
+#pragma once
+// The kernels benchmark behind `crescent bench kernels` (and the standalone kernels_bench
+// binary): GEMV GB/s against memcpy GB/s and GEMM GFLOP/s against the peak multiply-add rate,
+// on Qwen2.5-0.5B shapes, measured in one run. Prints a plain-text report to `out`.
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "core/status.h"
+
+namespace crescent::kernels {
+
+struct KernelBenchOptions {
+  int num_threads = 2;
+  int64_t prefill_tokens = 512;
+  int num_reps = 5;
+  // Layers of the decode stack streamed per GEMV step (all seven projections each); enough
+  // that the weights do not fit in the last-level cache.
+  int num_stack_layers = 8;
+  bool include_lm_head = true;
+  std::string isa;  // empty: the detected ISA
+};
+
+Status run_kernel_benchmarks(const KernelBenchOptions& options, FILE* out);
+
+}  // namespace crescent::kernels

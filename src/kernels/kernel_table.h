@@ -1,0 +1,64 @@
+#pragma once
+// Internal to src/kernels: the per-ISA function table the public ops dispatch through. Each
+// kernels_<isa>.cc file fills in the entries it implements; the table for an ISA is the
+// portable one overwritten by every level up to it (so a missing entry falls back downwards).
+//
+// Thread-safety: tables are built once and immutable.
+
+#include <cstdint>
+
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+
+namespace crescent::kernels::internal {
+
+// Activations prepared once per matmul() call; the panel kernels read the form they need.
+struct MatmulArgs {
+  const PackedWeight* w = nullptr;
+  int64_t num_tokens = 0;
+  const float* x = nullptr;          // [num_tokens][padded_cols] f32, zero padded
+  const uint32_t* x_bf16 = nullptr;  // [num_tokens][padded_cols / 2] BF16 pairs (lo = even col)
+  const int8_t* xq = nullptr;        // [num_tokens][padded_cols] Q8_0 quants
+  const float* x_scale = nullptr;    // [num_tokens][padded_cols / 32] Q8_0 scales
+  const int32_t* x_sum = nullptr;    // [num_tokens][padded_cols / 32] sum of the quants per block
+  const float* bias = nullptr;       // [rows] or null
+  float* y = nullptr;                // [num_tokens][rows]
+};
+// Writes y for every token and every row of panels [panel_begin, panel_end).
+using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
+
+struct KernelTable {
+  MatmulPanelsFn matmul_f32 = nullptr;     // F32 weights, f32 math
+  MatmulPanelsFn matmul_bf16 = nullptr;    // BF16 weights widened to f32, f32 math
+  MatmulPanelsFn gemm_bf16_dot = nullptr;  // BF16 weights x BF16 activations, f32 accumulate
+  MatmulPanelsFn matmul_q8 = nullptr;      // Q8_0 weights x Q8_0 activations, int32 block dots
+  float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+  void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
+  void (*scale)(float a, float* y, int64_t n) = nullptr;                 // y *= a
+  void (*rms_norm)(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
+                   float* y) = nullptr;
+  void (*add_inplace)(float* y, const float* x, int64_t n) = nullptr;
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+  // Register-only multiply-add loops for the peak baselines; return the flops done.
+  double (*peak_fma_flops)(int64_t num_iters) = nullptr;
+  double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16
+};
+
+void fill_portable(KernelTable* table);
+void fill_avx2(KernelTable* table);
+void fill_avx512(KernelTable* table);
+void fill_avx512bf16(KernelTable* table);
+
+const KernelTable& kernel_table(Isa isa);
+inline const KernelTable& active_table() { return kernel_table(active_isa()); }
+
+// Q8_0 activation quantisation (ggml's quantize_row_q8_0 with an f32 scale): n % 32 == 0.
+void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);
+
+// Panel layout helpers (see docs/kernels.md).
+inline int64_t q8_scale_region_bytes(int64_t padded_cols) {
+  int64_t bytes = padded_cols / 32 * kPanelRows * 2;
+  return (bytes + 63) / 64 * 64;
+}
+
+}  // namespace crescent::kernels::internal

@@ -1,0 +1,212 @@
+// AVX2 + FMA + F16C implementations: f32 math on F32 and BF16 weights (one 16-row panel as two
+// 8-lane halves), vector ops for norms, activations and attention. Compiled with -mavx2 -mfma
+// -mf16c; only reached through the kernel table after cpuid said the CPU has them.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernel_table.h"
+
+namespace crescent::kernels::internal {
+namespace {
+
+constexpr int kR = static_cast<int>(kPanelRows);
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <bool kBf16, int T>
+void f32_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
+  const int64_t kp = a.w->padded_cols();
+  const int64_t num_pairs = kp / 2;
+  const std::byte* pan = a.w->panel(panel);
+  const float* x = a.x + t0 * kp;
+  __m256 acc_even[2][T];
+  __m256 acc_odd[2][T];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      acc_even[h][t] = _mm256_setzero_ps();
+      acc_odd[h][t] = _mm256_setzero_ps();
+    }
+  }
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k2 = 0; k2 < num_pairs; ++k2) {
+    __m256 w_even[2];
+    __m256 w_odd[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kBf16) {
+        __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(pan + k2 * 64 + h * 32));
+        w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        w_odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+      } else {
+        const float* src = reinterpret_cast<const float*>(pan) + k2 * 32;
+        w_even[h] = _mm256_load_ps(src + h * 8);
+        w_odd[h] = _mm256_load_ps(src + 16 + h * 8);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256 xe = _mm256_broadcast_ss(x + t * kp + 2 * k2);
+      const __m256 xo = _mm256_broadcast_ss(x + t * kp + 2 * k2 + 1);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        acc_even[h][t] = _mm256_fmadd_ps(w_even[h], xe, acc_even[h][t]);
+        acc_odd[h][t] = _mm256_fmadd_ps(w_odd[h], xo, acc_odd[h][t]);
+      }
+    }
+  }
+  const int64_t rows = a.w->rows();
+  const int64_t r0 = panel * kR;
+  const int64_t n = std::min<int64_t>(kR, rows - r0);
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float out[kR];
+    for (int h = 0; h < 2; ++h) {
+      _mm256_store_ps(out + h * 8, _mm256_add_ps(acc_even[h][t], acc_odd[h][t]));
+    }
+    float* y = a.y + (t0 + t) * rows + r0;
+    for (int64_t i = 0; i < n; ++i) y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+  }
+}
+
+template <bool kBf16>
+void matmul_f32_math(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  for (int64_t p = pb; p < pe; ++p) {
+    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 2) {
+      if (a.num_tokens - t0 >= 2) {
+        f32_block<kBf16, 2>(a, p, t0);
+      } else {
+        f32_block<kBf16, 1>(a, p, t0);
+      }
+    }
+  }
+}
+
+void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<false>(a, pb, pe); }
+void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<true>(a, pb, pe); }
+
+// exp(x): Cephes' expf polynomial; 2^n built in the exponent bits (n clamped to [-126, 127]).
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy(float s, const float* x, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] = std::fma(s, x[i], y[i]);
+}
+
+void scale(float s, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(vs, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] *= s;
+}
+
+void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
+              float* y) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const float sum_sq = dot(xr, xr, dim);
+    const float inv =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
+    const __m256 vinv = _mm256_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + i), vinv);
+      _mm256_storeu_ps(yr + i, _mm256_mul_ps(v, _mm256_loadu_ps(weight + i)));
+    }
+    for (; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+  }
+  for (; i < n; ++i) y[i] += x[i];
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+double peak_fma_flops(int64_t num_iters) {
+  constexpr int kChains = 10;
+  __m256 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.999f);
+  const __m256 c = _mm256_set1_ps(0.001f);
+  for (int64_t i = 0; i < num_iters; ++i) {
+#pragma GCC unroll 10
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = _mm256_add_ps(s, acc[j]);
+  volatile float sink = hsum(s);
+  (void)sink;
+  return 2.0 * 8 * kChains * static_cast<double>(num_iters);
+}
+
+}  // namespace
+
+void fill_avx2(KernelTable* t) {
+  t->matmul_f32 = matmul_f32;
+  t->matmul_bf16 = matmul_bf16;
+  t->dot = dot;
+  t->axpy = axpy;
+  t->scale = scale;
+  t->rms_norm = rms_norm;
+  t->add_inplace = add_inplace;
+  t->silu_mul = silu_mul;
+  t->peak_fma_flops = peak_fma_flops;
+}
+
+}  // namespace crescent::kernels::internal

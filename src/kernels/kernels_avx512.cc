@@ -1,0 +1,230 @@
+// AVX-512 (F/BW/VL/DQ) implementations: f32 math on F32 and BF16 weights (BF16 widened in
+// registers), vector ops for norms, activations and attention. Compiled with -mavx512*; only
+// reached through the kernel table after cpuid said the CPU has these instructions.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernel_table.h"
+
+namespace crescent::kernels::internal {
+namespace {
+
+constexpr int kR = static_cast<int>(kPanelRows);
+
+__mmask16 row_mask(const MatmulArgs& a, int64_t panel) {
+  int64_t n = std::min<int64_t>(kR, a.w->rows() - panel * kR);
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
+// P panels x T tokens of f32 math over the whole K; even and odd columns of each K pair
+// accumulate separately (2*P*T independent chains).
+template <bool kBf16, int P, int T>
+void f32_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
+  const int64_t kp = a.w->padded_cols();
+  const int64_t num_pairs = kp / 2;
+  const std::byte* pan[P];
+  for (int i = 0; i < P; ++i) pan[i] = a.w->panel(panel0 + i);
+  const float* x = a.x + t0 * kp;
+  __m512 acc_even[P][T];
+  __m512 acc_odd[P][T];
+#pragma GCC unroll 8
+  for (int i = 0; i < P; ++i) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      acc_even[i][t] = _mm512_setzero_ps();
+      acc_odd[i][t] = _mm512_setzero_ps();
+    }
+  }
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k2 = 0; k2 < num_pairs; ++k2) {
+    __m512 w_even[P];
+    __m512 w_odd[P];
+#pragma GCC unroll 8
+    for (int i = 0; i < P; ++i) {
+      if constexpr (kBf16) {
+        const std::byte* src = pan[i] + k2 * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(src) + 1024, _MM_HINT_T0);
+        __m512i v = _mm512_load_si512(src);
+        w_even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        w_odd[i] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+      } else {
+        const float* src = reinterpret_cast<const float*>(pan[i]) + k2 * 32;
+        _mm_prefetch(reinterpret_cast<const char*>(src) + 2048, _MM_HINT_T0);
+        w_even[i] = _mm512_load_ps(src);
+        w_odd[i] = _mm512_load_ps(src + 16);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 xe = _mm512_set1_ps(x[t * kp + 2 * k2]);
+      const __m512 xo = _mm512_set1_ps(x[t * kp + 2 * k2 + 1]);
+#pragma GCC unroll 8
+      for (int i = 0; i < P; ++i) {
+        acc_even[i][t] = _mm512_fmadd_ps(w_even[i], xe, acc_even[i][t]);
+        acc_odd[i][t] = _mm512_fmadd_ps(w_odd[i], xo, acc_odd[i][t]);
+      }
+    }
+  }
+  const int64_t rows = a.w->rows();
+#pragma GCC unroll 8
+  for (int i = 0; i < P; ++i) {
+    const int64_t r0 = (panel0 + i) * kR;
+    const __mmask16 m = row_mask(a, panel0 + i);
+    __m512 b = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 v = _mm512_add_ps(acc_even[i][t], acc_odd[i][t]);
+      _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, m, _mm512_add_ps(v, b));
+    }
+  }
+}
+
+template <bool kBf16, int P>
+void f32_tokens(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t num_tokens) {
+  switch (num_tokens) {
+    case 1: return f32_block<kBf16, P, 1>(a, panel0, t0);
+    case 2: return f32_block<kBf16, P, 2>(a, panel0, t0);
+    case 3: return f32_block<kBf16, P, 3>(a, panel0, t0);
+    default: return f32_block<kBf16, P, 4>(a, panel0, t0);
+  }
+}
+
+template <bool kBf16>
+void matmul_f32_math(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  for (int64_t p = pb; p < pe; p += 2) {
+    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 4) {
+      const int64_t nt = std::min<int64_t>(4, a.num_tokens - t0);
+      if (p + 1 < pe) {
+        f32_tokens<kBf16, 2>(a, p, t0, nt);
+      } else {
+        f32_tokens<kBf16, 1>(a, p, t0, nt);
+      }
+    }
+  }
+}
+
+void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<false>(a, pb, pe); }
+void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<true>(a, pb, pe); }
+
+// exp(x) for float lanes: Cephes' expf polynomial, 2^n applied with vscalefps (~1 ulp).
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc0 = _mm512_setzero_ps();
+  __m512 acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+void axpy(float s, const float* x, float* y, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    __m512 v = _mm512_fmadd_ps(vs, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+
+void scale(float s, float* y, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
+              float* y) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const float sum_sq = dot(xr, xr, dim);
+    const float inv =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int64_t i = 0; i < dim; i += 16) {
+      const __mmask16 m = tail_mask(std::min<int64_t>(16, dim - i));
+      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), vinv);
+      _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + i)));
+    }
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    _mm512_mask_storeu_ps(
+        y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+double peak_fma_flops(int64_t num_iters) {
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.999f);
+  const __m512 c = _mm512_set1_ps(0.001f);
+  for (int64_t i = 0; i < num_iters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = _mm512_add_ps(s, acc[j]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return 2.0 * 16 * kChains * static_cast<double>(num_iters);
+}
+
+}  // namespace
+
+void fill_avx512(KernelTable* t) {
+  t->matmul_f32 = matmul_f32;
+  t->matmul_bf16 = matmul_bf16;
+  t->dot = dot;
+  t->axpy = axpy;
+  t->scale = scale;
+  t->rms_norm = rms_norm;
+  t->add_inplace = add_inplace;
+  t->silu_mul = silu_mul;
+  t->peak_fma_flops = peak_fma_flops;
+}
+
+}  // namespace crescent::kernels::internal

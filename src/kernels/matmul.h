@@ -1,0 +1,84 @@
+#pragma once
+// Weight packing and the linear layer y = x W^T (+ bias), the kernels' hot op.
+//
+// pack_weight() converts a row-major [rows][cols] weight (HF layout) once, at load time, into
+// PackedWeight: panels of 16 output rows whose layout suits every ISA path (see
+// docs/kernels.md). matmul() picks, from active_isa() and the number of tokens, a
+// bandwidth-bound GEMV path (few tokens) or a register-blocked GEMM (many tokens).
+//
+// Ownership: PackedWeight owns its 64-byte aligned storage and is movable, not copyable.
+// Thread-safety: a PackedWeight is immutable after packing; matmul() may run concurrently on
+// the same weight with different pools.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+
+namespace crescent::kernels {
+
+enum class WeightFormat { kF32, kBF16, kQ8_0 };
+std::string_view weight_format_name(WeightFormat format);
+
+// Rows per packed panel (one 512-bit vector of float outputs).
+constexpr int64_t kPanelRows = 16;
+
+class PackedWeight {
+ public:
+  PackedWeight() = default;
+  PackedWeight(PackedWeight&&) noexcept = default;
+  PackedWeight& operator=(PackedWeight&&) noexcept = default;
+
+  int64_t rows() const { return rows_; }  // output features
+  int64_t cols() const { return cols_; }  // input features
+  WeightFormat format() const { return format_; }
+  int64_t num_bytes() const { return num_bytes_; }
+
+  // Layout details for the kernels.
+  int64_t num_panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
+  // cols rounded up: to 2 for F32/BF16 (K pairs), to 32 for Q8_0 (blocks).
+  int64_t padded_cols() const { return padded_cols_; }
+  int64_t panel_stride_bytes() const { return panel_stride_bytes_; }
+  const std::byte* panel(int64_t p) const { return data_.get() + p * panel_stride_bytes_; }
+  std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
+
+  // An all-zero weight with storage for the given shape.
+  static PackedWeight allocate(int64_t rows, int64_t cols, WeightFormat format);
+
+ private:
+  struct FreeDeleter {
+    void operator()(std::byte* p) const;
+  };
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  int64_t padded_cols_ = 0;
+  int64_t panel_stride_bytes_ = 0;
+  int64_t num_bytes_ = 0;
+  WeightFormat format_ = WeightFormat::kF32;
+  std::unique_ptr<std::byte, FreeDeleter> data_;
+};
+
+// Packs `data` (row-major [rows][cols] of `dtype`; Q8_0 sources need cols % 32 == 0) into
+// `format`. Float sources packed to kQ8_0 are quantised like ggml (per 32 values,
+// d = max|x| / 127, q = round(x / d)); Q8_0 sources packed to kQ8_0 keep their exact bits.
+Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
+                                 WeightFormat format);
+
+// The weight as row-major [rows][cols] floats (exact: dequantised values for Q8_0).
+std::vector<float> unpack_weight(const PackedWeight& w);
+
+// y[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for t < num_tokens; x, y float32 row-major.
+// Each output element is computed by one thread in a fixed order, so results do not depend on
+// the pool's thread count.
+void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const float* bias, float* y,
+            ThreadPool& pool);
+
+// Fewer tokens than this use the GEMV path (weights streamed once, f32 math) even where a
+// BF16 dot-product GEMM exists.
+constexpr int64_t kGemmMinTokens = 4;
+
+}  // namespace crescent::kernels
