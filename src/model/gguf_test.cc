@@ -1,0 +1,330 @@
+#include "model/gguf.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/make_model.h"
+#include "model/presets.h"
+#include "model/safetensors.h"
+
+namespace crescent::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A byte-level BPE tokenizer.json small enough to parse instantly.
+constexpr const char* kTinyTokenizer = R"({
+  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3},
+            "merges": ["a b", ["\u0120", "a"]]},
+  "added_tokens": [{"id": 500, "content": "<|end|>", "special": true},
+                   {"id": 501, "content": "<think>", "special": false}]})";
+
+class GgufTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("gguf_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A preset shrunk to a 512-token vocabulary, written as F32 safetensors.
+  ModelConfig write_source(const std::string& preset, const std::string& file) {
+    ModelConfig c = find_model_preset(preset)->config;
+    c.vocab_size = 512;
+    c.bos_token_id = 500;
+    c.eos_token_ids = {500, 501};
+    c.torch_dtype = "float32";
+    std::vector<std::vector<float>> data;
+    std::vector<TensorView> views;
+    for (const TensorSpec& s : model_tensor_specs(c)) {
+      int64_t n = 1;
+      for (int64_t d : s.shape)
+        n *= d;
+      data.emplace_back(static_cast<size_t>(n));
+      generate_weights(c, s, /*seed=*/7, 0, n, data.back().data());
+      views.push_back({s.name, DType::kF32, s.shape, data.back().data(), n * 4});
+    }
+    EXPECT_TRUE(write_safetensors(path(file), views).is_ok());
+    return c;
+  }
+
+  fs::path dir_;
+};
+
+TEST(GgufNamesTest, MapsBothWays) {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+      {"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight"},
+      {"blk.12.attn_k.weight", "model.layers.12.self_attn.k_proj.weight"},
+      {"blk.3.attn_v.bias", "model.layers.3.self_attn.v_proj.bias"},
+      {"blk.3.attn_output.weight", "model.layers.3.self_attn.o_proj.weight"},
+      {"blk.1.attn_q_norm.weight", "model.layers.1.self_attn.q_norm.weight"},
+      {"blk.1.attn_k_norm.weight", "model.layers.1.self_attn.k_norm.weight"},
+      {"blk.2.ffn_gate.weight", "model.layers.2.mlp.gate_proj.weight"},
+      {"blk.2.ffn_up.weight", "model.layers.2.mlp.up_proj.weight"},
+      {"blk.2.ffn_down.weight", "model.layers.2.mlp.down_proj.weight"},
+      {"blk.27.attn_norm.weight", "model.layers.27.input_layernorm.weight"},
+      {"blk.27.ffn_norm.weight", "model.layers.27.post_attention_layernorm.weight"},
+  };
+  for (const auto& [g, h] : pairs) {
+    EXPECT_EQ(gguf_to_hf_name(g), std::optional<std::string>(h)) << g;
+    EXPECT_EQ(hf_to_gguf_name(h), std::optional<std::string>(g)) << h;
+  }
+  EXPECT_EQ(gguf_to_hf_name("rope_freqs.weight"), std::nullopt);
+  EXPECT_EQ(gguf_to_hf_name("blk.x.attn_q.weight"), std::nullopt);
+  EXPECT_EQ(gguf_to_hf_name("blk.01.attn_q.weight"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq"), std::nullopt);
+}
+
+TEST(GgufNamesTest, LlamaQkPermutationMatchesLlamaCpp) {
+  // llama.cpp: w.reshape(heads, 2, hd/2, ...).swapaxes(1, 2).reshape(...): with 2 heads of
+  // head_dim 4, GGUF rows hold HF rows 0 2 1 3 | 4 6 5 7.
+  const int64_t expected[] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int64_t g = 0; g < 8; ++g)
+    EXPECT_EQ(llama_qk_hf_row(g, 8, 2), expected[g]) << g;
+  ModelConfig llama = find_model_preset("tiny-llama")->config;
+  EXPECT_EQ(gguf_qk_permute_heads(llama, "model.layers.0.self_attn.q_proj.weight"), 4);
+  EXPECT_EQ(gguf_qk_permute_heads(llama, "model.layers.0.self_attn.k_proj.weight"), 2);
+  EXPECT_EQ(gguf_qk_permute_heads(llama, "model.layers.0.self_attn.v_proj.weight"), 0);
+  ModelConfig qwen = find_model_preset("tiny")->config;
+  EXPECT_EQ(gguf_qk_permute_heads(qwen, "model.layers.0.self_attn.q_proj.weight"), 0);
+}
+
+TEST(GgufNamesTest, QuantizeQ8_0LikeGgml) {
+  float x[32];
+  for (int i = 0; i < 32; ++i)
+    x[i] = (i - 10) * 0.25f;
+  Q8Block b;
+  quantize_q8_0(x, 32, &b);
+  const float scale = f16_to_float(b.scale_f16);
+  EXPECT_NEAR(scale, 21 * 0.25f / 127, 1e-4);
+  EXPECT_EQ(b.quants[31], 127);
+  EXPECT_EQ(b.quants[10], 0);
+  for (int i = 0; i < 32; ++i)
+    EXPECT_NEAR(b.quants[i] * scale, x[i], scale * 0.5f + 1e-3f);
+  float zeros[32] = {};
+  quantize_q8_0(zeros, 32, &b);
+  EXPECT_EQ(b.scale_f16, 0);
+}
+
+class GgufRoundTrip : public GgufTest,
+                      public ::testing::WithParamInterface<std::tuple<std::string, DType>> {};
+
+TEST_P(GgufRoundTrip, TensorsAndConfigSurvive) {
+  const auto& [preset, dtype] = GetParam();
+  ModelConfig config = write_source(preset, "m.safetensors");
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(source.is_ok()) << source.status().to_string();
+  ASSERT_TRUE(
+      write_gguf(path("m.gguf"), config, **source, dtype, kTinyTokenizer, "test-model").is_ok());
+
+  auto gguf = GgufFile::open(path("m.gguf"));
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  EXPECT_EQ((*gguf)->version(), 3u);
+  EXPECT_EQ(*(*gguf)->get_string("general.name"), "test-model");
+  EXPECT_EQ(*(*gguf)->get_string("tokenizer.ggml.model"), "gpt2");
+
+  Result<ModelConfig> from_gguf = (*gguf)->model_config();
+  ASSERT_TRUE(from_gguf.is_ok()) << from_gguf.status().to_string();
+  EXPECT_EQ(*from_gguf, config);
+  EXPECT_EQ((*gguf)->names(), (*source)->names());
+
+  for (const std::string& name : (*source)->names()) {
+    TensorView want = *(*source)->get(name);
+    Result<TensorView> got = (*gguf)->get(name);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    EXPECT_EQ(got->shape, want.shape) << name;
+    const DType expected_dtype = want.shape.size() == 1 ? DType::kF32 : dtype;
+    ASSERT_EQ(got->dtype, expected_dtype) << name;
+    std::vector<float> a = tensor_to_float(want);
+    std::vector<float> b = tensor_to_float(*got);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      float expected = a[i];
+      if (expected_dtype == DType::kF16)
+        expected = f16_to_float(float_to_f16(a[i]));
+      if (expected_dtype == DType::kBF16)
+        expected = bf16_to_float(float_to_bf16(a[i]));
+      if (expected_dtype == DType::kQ8_0) {
+        float amax = 0;
+        const size_t block = i / 32 * 32;
+        for (size_t k = block; k < block + 32; ++k)
+          amax = std::max(amax, std::fabs(a[k]));
+        // Half a quantisation step, plus the F16 rounding of the scale times |q| <= 127.
+        const float step = amax / 127;
+        ASSERT_NEAR(b[i], a[i], step * (0.5f + 127.0f / 2048.0f) + 1e-7f)
+            << name << "[" << i << "]";
+      } else {
+        ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), std::bit_cast<uint32_t>(expected))
+            << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, GgufRoundTrip,
+                         ::testing::Combine(::testing::Values("tiny", "tiny-qwen2", "tiny-llama"),
+                                            ::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16, DType::kQ8_0)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              std::string(dtype_name(std::get<1>(info.param)));
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch)))
+                               ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST_F(GgufTest, LlamaQkRowsArePermutedOnDisk) {
+  ModelConfig config = write_source("tiny-llama", "m.safetensors");
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(
+      write_gguf(path("m.gguf"), config, **source, DType::kF32, kTinyTokenizer, "x").is_ok());
+  auto gguf = GgufFile::open(path("m.gguf"));
+  ASSERT_TRUE(gguf.is_ok());
+  const GgufTensorInfo* info = nullptr;
+  for (const auto& t : (*gguf)->tensor_infos()) {
+    if (t.name == "blk.0.attn_q.weight")
+      info = &t;
+  }
+  ASSERT_NE(info, nullptr);
+  TensorView hf = *(*source)->get("model.layers.0.self_attn.q_proj.weight");
+  const int64_t rows = hf.shape[0], cols = hf.shape[1];
+  std::vector<float> raw(static_cast<size_t>(rows * cols));
+  std::ifstream in(path("m.gguf"), std::ios::binary);
+  in.seekg(info->offset);
+  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size() * 4));
+  const auto* want = static_cast<const float*>(hf.data);
+  for (int64_t g = 0; g < rows; ++g) {
+    const int64_t h = llama_qk_hf_row(g, rows, config.num_attention_heads);
+    ASSERT_EQ(std::memcmp(&raw[g * cols], &want[h * cols], cols * 4), 0) << g;
+  }
+  // Row 1 of a llama.cpp head is HF row head_dim/2: the layout really differs.
+  EXPECT_NE(std::memcmp(&raw[1 * cols], &want[1 * cols], cols * 4), 0);
+  // llama3 scaling also travels as llama.cpp's rope_freqs tensor.
+  bool has_rope_freqs = false;
+  for (const auto& t : (*gguf)->tensor_infos())
+    has_rope_freqs |= t.name == "rope_freqs.weight";
+  EXPECT_TRUE(has_rope_freqs);
+}
+
+TEST_F(GgufTest, TokenizerMetadata) {
+  ModelConfig config = write_source("tiny", "m.safetensors");
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(
+      write_gguf(path("m.gguf"), config, **source, DType::kBF16, kTinyTokenizer, "x").is_ok());
+  auto gguf = GgufFile::open(path("m.gguf"));
+  ASSERT_TRUE(gguf.is_ok());
+  auto tokens = (*gguf)->get_string_array("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.is_ok());
+  ASSERT_EQ(tokens->size(), 512u);
+  EXPECT_EQ((*tokens)[2], "ab");
+  EXPECT_EQ((*tokens)[3], "\xc4\xa0");
+  EXPECT_EQ((*tokens)[500], "<|end|>");
+  EXPECT_EQ((*tokens)[10], "[PAD10]");
+  auto types = (*gguf)->get_int_array("tokenizer.ggml.token_type");
+  ASSERT_TRUE(types.is_ok());
+  EXPECT_EQ((*types)[0], 1);
+  EXPECT_EQ((*types)[500], 3);
+  EXPECT_EQ((*types)[501], 4);
+  EXPECT_EQ((*types)[10], 5);
+  auto merges = (*gguf)->get_string_array("tokenizer.ggml.merges");
+  ASSERT_TRUE(merges.is_ok());
+  EXPECT_EQ(*merges, (std::vector<std::string>{"a b", "\xc4\xa0 a"}));
+  EXPECT_EQ(*(*gguf)->get_int("tokenizer.ggml.bos_token_id"), 500);
+  EXPECT_EQ(*(*gguf)->get_int("tokenizer.ggml.eos_token_id"), 500);
+}
+
+TEST_F(GgufTest, UnsupportedTensorTypeNamesTensorAndType) {
+  GgufWriter w(path("q4.gguf"));
+  w.set_string("general.architecture", "qwen3");
+  // Q4_0: 32 values in 18 bytes.
+  ASSERT_TRUE(w.add_tensor_raw("token_embd.weight", kGgmlTypeQ4_0, {4, 64}, 4 * 2 * 18).is_ok());
+  ASSERT_TRUE(w.add_tensor("output_norm.weight", DType::kF32, {64}).is_ok());
+  ASSERT_TRUE(w.write_header().is_ok());
+  std::vector<uint8_t> zeros(4 * 2 * 18 + 64 * 4, 0);
+  ASSERT_TRUE(w.write_data(zeros.data(), static_cast<int64_t>(zeros.size())).is_ok());
+  ASSERT_TRUE(w.finish().is_ok());
+
+  auto gguf = GgufFile::open(path("q4.gguf"));
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  Result<TensorView> v = (*gguf)->get("model.embed_tokens.weight");
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(v.status().message().find("token_embd.weight"), std::string::npos);
+  EXPECT_NE(v.status().message().find("Q4_0"), std::string::npos) << v.status().message();
+  EXPECT_TRUE((*gguf)->get("model.norm.weight").is_ok());
+}
+
+TEST_F(GgufTest, TruncatedFileIsDataLoss) {
+  ModelConfig config = write_source("tiny", "m.safetensors");
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(
+      write_gguf(path("m.gguf"), config, **source, DType::kF16, kTinyTokenizer, "x").is_ok());
+  const auto size = fs::file_size(path("m.gguf"));
+  // Cut in the tensor data, in the tensor infos / metadata, and right after the magic.
+  for (uint64_t keep : {size - 100, size / 2 > 20000 ? uint64_t{20000} : size / 2, uint64_t{6}}) {
+    fs::copy_file(path("m.gguf"), path("cut.gguf"), fs::copy_options::overwrite_existing);
+    fs::resize_file(path("cut.gguf"), keep);
+    auto gguf = GgufFile::open(path("cut.gguf"));
+    ASSERT_FALSE(gguf.is_ok()) << keep;
+    EXPECT_EQ(gguf.status().code(), StatusCode::kDataLoss) << gguf.status().to_string();
+    EXPECT_NE(gguf.status().message().find("cut.gguf"), std::string::npos);
+  }
+  fs::copy_file(path("m.gguf"), path("cut.gguf"), fs::copy_options::overwrite_existing);
+  fs::resize_file(path("cut.gguf"), size - 100);
+  auto gguf = GgufFile::open(path("cut.gguf"));
+  EXPECT_NE(gguf.status().message().find("truncated"), std::string::npos);
+}
+
+TEST_F(GgufTest, CorruptHeaderValuesAreRejected) {
+  GgufWriter w(path("bad.gguf"));
+  w.set_string("general.architecture", "qwen3");
+  ASSERT_TRUE(w.add_tensor("token_embd.weight", DType::kF32, {2, 32}).is_ok());
+  ASSERT_TRUE(w.write_header().is_ok());
+  std::vector<float> zeros(64, 0.0f);
+  ASSERT_TRUE(w.write_data(zeros.data(), 256).is_ok());
+  ASSERT_TRUE(w.finish().is_ok());
+  std::string bytes;
+  {
+    std::ifstream in(path("bad.gguf"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write_variant = [&](const std::string& b) {
+    std::ofstream(path("v.gguf"), std::ios::binary) << b;
+    return GgufFile::open(path("v.gguf")).status();
+  };
+  std::string huge_count = bytes;
+  uint64_t count = uint64_t{1} << 60;
+  std::memcpy(&huge_count[8], &count, 8);  // tensor count
+  EXPECT_EQ(write_variant(huge_count).code(), StatusCode::kDataLoss);
+  std::string bad_magic = bytes;
+  bad_magic[0] = 'X';
+  EXPECT_EQ(write_variant(bad_magic).code(), StatusCode::kDataLoss);
+  std::string long_key = bytes;
+  uint64_t key_len = uint64_t{1} << 40;
+  std::memcpy(&long_key[24], &key_len, 8);  // length of the first key
+  EXPECT_EQ(write_variant(long_key).code(), StatusCode::kDataLoss);
+  // The model config needs qwen3.* keys this file lacks: a clear error, not a crash.
+  auto gguf = GgufFile::open(path("bad.gguf"));
+  ASSERT_TRUE(gguf.is_ok());
+  Result<ModelConfig> c = (*gguf)->model_config();
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("qwen3.embedding_length"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace crescent::model
