@@ -183,7 +183,7 @@ Result<Fd> connect_unix_abstract(const std::string& name, Deadline deadline) {
   return connect_addr(AF_UNIX, reinterpret_cast<sockaddr*>(&addr), len, deadline, "@" + name);
 }
 
-Result<Fd> accept_with_deadline(const Fd& listener, Deadline deadline) {
+Result<Fd> accept_with_deadline(const Fd& listener, Deadline deadline, int wake_fd) {
   for (;;) {
     int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0)
@@ -192,7 +192,14 @@ Result<Fd> accept_with_deadline(const Fd& listener, Deadline deadline) {
       continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
       return errno_status("accept", errno);
-    RETURN_IF_ERROR(wait_ready(listener.get(), POLLIN, deadline));
+    pollfd p[2] = {{listener.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    int rc = ::poll(p, wake_fd >= 0 ? 2 : 1, poll_timeout_ms(deadline));
+    if (rc < 0 && errno != EINTR)
+      return errno_status("poll", errno);
+    if (rc > 0 && wake_fd >= 0 && (p[1].revents & POLLIN) != 0)
+      return cancelled("accept woken");
+    if (rc == 0 && deadline.is_expired())
+      return deadline_exceeded("no connection in time");
   }
 }
 

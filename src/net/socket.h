@@ -49,8 +49,9 @@ Result<int> local_port(const Fd& fd);
 
 Result<Fd> connect_tcp(const std::string& host, int port, Deadline deadline);
 Result<Fd> connect_unix_abstract(const std::string& name, Deadline deadline);
-// Waits for one connection; DeadlineExceeded when none arrives in time.
-Result<Fd> accept_with_deadline(const Fd& listener, Deadline deadline);
+// Waits for one connection; DeadlineExceeded when none arrives in time, Cancelled when
+// `wake_fd` (an eventfd or pipe, -1 for none) becomes readable.
+Result<Fd> accept_with_deadline(const Fd& listener, Deadline deadline, int wake_fd = -1);
 
 // Splits "host:port"; port must be 1..65535.
 Status parse_host_port(const std::string& text, std::string* host, int* port);

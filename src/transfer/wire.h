@@ -1,0 +1,45 @@
+#pragma once
+// The transfer engine's control and data protocol (internal). Every message is a net::Frame;
+// payload fields are little-endian (net::ByteWriter/ByteReader). Versioned through the HELLO.
+//
+//   HELLO       initiator -> target: protocol version, transport, name, token, connection index
+//   HELLO_OK    target -> initiator: target name          ERROR: code, message (then close)
+//   WRITE_DATA  piece id, region, offset, length, then `length` bytes written straight into
+//               the region after the bounds check (tcp)   -> ACK: piece id, code, message
+//   READ_REQ    piece id, region, offset, length (tcp)    -> READ_RESP: piece id, code,
+//               message, then the bytes when code is OK
+//   LEASE       lease id, ops (kind, region, offset, length) (shm, ucx): checks and pins
+//               -> LEASE_RESP: per-op code + message, grants for regions not yet described on
+//               this connection (shm: memfds attached with SCM_RIGHTS; ucx: packed rkeys)
+//   RELEASE     lease id -> RELEASE_OK: the one-sided copies are complete and unpinned
+//   NOTIFY      message bytes, delivered to the target's callback in order
+
+#include <cstdint>
+
+namespace crescent::transfer::wire {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+enum FrameType : uint16_t {
+  kHello = 1,
+  kHelloOk = 2,
+  kError = 3,
+  kWriteData = 10,
+  kAck = 11,
+  kReadReq = 12,
+  kReadResp = 13,
+  kLease = 20,
+  kLeaseResp = 21,
+  kRelease = 22,
+  kReleaseOk = 23,
+  kNotify = 30,
+};
+
+inline constexpr uint64_t kPieceHeaderBytes = 32;      // id, region, offset, length
+inline constexpr uint64_t kMaxPieceBytes = 4 << 20;    // tcp ops are split at this size
+inline constexpr uint64_t kMaxControlBytes = 4 << 20;  // LEASE / LEASE_RESP frames
+inline constexpr uint64_t kMaxHelloBytes = 4096;
+inline constexpr uint32_t kMaxOpsPerLease = 16384;
+inline constexpr uint32_t kMaxNameBytes = 256;
+
+}  // namespace crescent::transfer::wire
