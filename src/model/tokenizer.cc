@@ -241,6 +241,169 @@ bool get_bool(const Json& j, const char* key, bool def) {
   return j[key].get<bool>();
 }
 
+// The vocabulary and merges are most of an 11 MB tokenizer.json: a SAX pass stores them straight
+// into vectors and builds a DOM only for the rest (model.vocab/model.merges become null there).
+struct BigParts {
+  bool has_vocab = false;
+  bool has_merges = false;
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::string error;  // first structural problem in vocab/merges
+};
+
+class TokenizerSax {
+ public:
+  TokenizerSax(Json* root, BigParts* parts) : dom_(*root, true), parts_(parts) {}
+
+  bool null() {
+    return scalar([&] { return dom_.null(); });
+  }
+  bool boolean(bool v) {
+    return scalar([&] { return dom_.boolean(v); });
+  }
+  bool number_integer(Json::number_integer_t v) {
+    if (mode_ == Mode::kVocab) {
+      parts_->vocab.emplace_back(std::move(key_), v);
+      return true;
+    }
+    return scalar([&] { return dom_.number_integer(v); });
+  }
+  bool number_unsigned(Json::number_unsigned_t v) {
+    if (mode_ == Mode::kVocab) {
+      parts_->vocab.emplace_back(std::move(key_), static_cast<int64_t>(v));
+      return true;
+    }
+    return scalar([&] { return dom_.number_unsigned(v); });
+  }
+  bool number_float(Json::number_float_t v, const std::string& s) {
+    return scalar([&] { return dom_.number_float(v, s); });
+  }
+  bool string(std::string& v) {
+    if (mode_ == Mode::kMerges) {
+      const size_t sp = v.find(' ');
+      if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos) {
+        bad("malformed merge '" + v + "'");
+      } else {
+        parts_->merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      }
+      return true;
+    }
+    if (mode_ == Mode::kMergePair) {
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return scalar([&] { return dom_.string(v); });
+  }
+  bool binary(Json::binary_t& v) {
+    return scalar([&] { return dom_.binary(v); });
+  }
+  bool start_object(std::size_t n) {
+    if (mode_ != Mode::kNormal) {
+      bad("unexpected object in model.vocab/merges");
+      ++skip_depth_;
+      return true;
+    }
+    if (at_model_child("vocab")) {
+      mode_ = Mode::kVocab;
+      parts_->has_vocab = true;
+      return true;
+    }
+    path_.push_back(key_);
+    return dom_.start_object(n);
+  }
+  bool key(std::string& k) {
+    key_ = k;
+    if (mode_ != Mode::kNormal) {
+      return true;
+    }
+    return dom_.key(k);
+  }
+  bool end_object() {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
+    if (mode_ == Mode::kVocab) {
+      mode_ = Mode::kNormal;
+      return dom_.null();
+    }
+    path_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (mode_ == Mode::kMerges) {
+      mode_ = Mode::kMergePair;
+      pair_.clear();
+      return true;
+    }
+    if (mode_ != Mode::kNormal) {
+      bad("unexpected array in model.vocab/merges");
+      ++skip_depth_;
+      return true;
+    }
+    if (at_model_child("merges")) {
+      mode_ = Mode::kMerges;
+      parts_->has_merges = true;
+      return true;
+    }
+    path_.push_back(key_);
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
+    if (mode_ == Mode::kMergePair) {
+      if (pair_.size() != 2) {
+        bad("merge entry is not a pair of strings");
+      } else {
+        parts_->merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      }
+      mode_ = Mode::kMerges;
+      return true;
+    }
+    if (mode_ == Mode::kMerges) {
+      mode_ = Mode::kNormal;
+      return dom_.null();
+    }
+    path_.pop_back();
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t pos, const std::string& token,
+                   const nlohmann::detail::exception& ex) {
+    return dom_.parse_error(pos, token, ex);
+  }
+
+ private:
+  enum class Mode { kNormal, kVocab, kMerges, kMergePair };
+  template <typename F>
+  bool scalar(F&& f) {
+    if (mode_ != Mode::kNormal) {
+      bad("unexpected value in model.vocab/merges");
+      return true;
+    }
+    return f();
+  }
+  bool at_model_child(std::string_view k) const {
+    // path_ holds the key of each open container: [""(root), "model"].
+    return path_.size() == 2 && path_[1] == "model" && key_ == k;
+  }
+  void bad(std::string what) {
+    if (parts_->error.empty()) {
+      parts_->error = std::move(what);
+    }
+  }
+
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  BigParts* parts_;
+  Mode mode_ = Mode::kNormal;
+  std::string key_;
+  std::vector<std::string> path_;
+  std::vector<std::string> pair_;
+  int skip_depth_ = 0;
+};
+
 constexpr size_t kNumCacheShards = 16;
 constexpr size_t kMaxCacheEntriesPerShard = 8192;
 constexpr size_t kMaxCachedPieceBytes = 128;
@@ -294,8 +457,8 @@ struct Tokenizer::Impl {
   };
   mutable std::array<CacheShard, kNumCacheShards> cache;
 
-  Status load(const Json& j);
-  Status load_model(const Json& m);
+  Status load(const Json& j, BigParts& parts);
+  Status load_model(const Json& m, BigParts& parts);
   Status load_added(const Json& a);
   Status load_normalizer(const Json& n);
   Status load_pre_tokenizer(const Json& p, bool top_level);
@@ -338,7 +501,7 @@ Status Tokenizer::Impl::set_token(int32_t id, const std::string& s) {
   return Status::ok();
 }
 
-Status Tokenizer::Impl::load(const Json& j) {
+Status Tokenizer::Impl::load(const Json& j, BigParts& parts) {
   if (!j.is_object()) {
     return invalid_argument("tokenizer.json: top level is not an object");
   }
@@ -348,7 +511,7 @@ Status Tokenizer::Impl::load(const Json& j) {
   if (j.contains("truncation") && !j["truncation"].is_null()) {
     return unsupported("truncation");
   }
-  RETURN_IF_ERROR(load_model(j["model"]));
+  RETURN_IF_ERROR(load_model(j["model"], parts));
   if (j.contains("added_tokens")) {
     RETURN_IF_ERROR(load_added(j["added_tokens"]));
   }
@@ -381,10 +544,11 @@ Status Tokenizer::Impl::load(const Json& j) {
   if (decoder == DecoderKind::kByteLevel || byte_level) {
     // Each char of a token maps back to one byte; a token with a char outside the table (an
     // added token such as "<|im_start|>" is plain ASCII and maps to itself) keeps its UTF-8.
-    std::unordered_map<char32_t, uint8_t> char_to_byte;
+    std::array<int16_t, 512> char_to_byte;  // the table's chars are all below U+0200
+    char_to_byte.fill(-1);
     const auto table = byte_to_char_table();
     for (int b = 0; b < 256; ++b) {
-      char_to_byte[table[b]] = static_cast<uint8_t>(b);
+      char_to_byte[table[b]] = static_cast<int16_t>(b);
     }
     token_bytes.assign(tokens.size(), std::string());
     for (size_t id = 0; id < tokens.size(); ++id) {
@@ -393,12 +557,12 @@ Status Tokenizer::Impl::load(const Json& j) {
       bool ok = true;
       size_t pos = 0;
       while (pos < s.size()) {
-        auto it = char_to_byte.find(unicode::next_code_point(s, &pos));
-        if (it == char_to_byte.end()) {
+        const char32_t cp = unicode::next_code_point(s, &pos);
+        if (cp >= char_to_byte.size() || char_to_byte[cp] < 0) {
           ok = false;
           break;
         }
-        bytes.push_back(static_cast<char>(it->second));
+        bytes.push_back(static_cast<char>(char_to_byte[cp]));
       }
       token_bytes[id] = ok ? std::move(bytes) : s;
     }
@@ -424,7 +588,7 @@ Status Tokenizer::Impl::load(const Json& j) {
   return Status::ok();
 }
 
-Status Tokenizer::Impl::load_model(const Json& m) {
+Status Tokenizer::Impl::load_model(const Json& m, BigParts& parts) {
   const std::string type = type_of(m);
   if (type != "BPE" && !(type.empty() && m.contains("merges"))) {
     return unsupported("model type '" + type + "' (only BPE is implemented)");
@@ -440,17 +604,20 @@ Status Tokenizer::Impl::load_model(const Json& m) {
   byte_fallback = get_bool(m, "byte_fallback", false);
   ignore_merges = get_bool(m, "ignore_merges", false);
   fuse_unk = get_bool(m, "fuse_unk", false);
-  if (!m.contains("vocab") || !m["vocab"].is_object()) {
+  if (!parts.error.empty()) {
+    return invalid_argument("tokenizer.json: " + parts.error);
+  }
+  if (!parts.has_vocab) {
     return invalid_argument("tokenizer.json: model.vocab is not an object");
   }
-  const Json& v = m["vocab"];
-  vocab.reserve(v.size() + 1024);
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    if (!it.value().is_number_integer()) {
-      return invalid_argument("tokenizer.json: vocab id of '" + it.key() + "' is not an integer");
+  vocab.reserve(parts.vocab.size() + 1024);
+  for (auto& [token, id] : parts.vocab) {
+    if (id < 0 || id > (1 << 30)) {
+      return invalid_argument("tokenizer.json: bad vocab id for '" + token + "'");
     }
-    RETURN_IF_ERROR(set_token(it.value().get<int32_t>(), it.key()));
+    RETURN_IF_ERROR(set_token(static_cast<int32_t>(id), token));
   }
+  parts.vocab = {};
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
     auto it = vocab.find(m["unk_token"].get<std::string>());
     if (it == vocab.end()) {
@@ -458,28 +625,13 @@ Status Tokenizer::Impl::load_model(const Json& m) {
     }
     unk_id = it->second;
   }
-  if (!m.contains("merges") || !m["merges"].is_array()) {
+  if (!parts.has_merges) {
     return invalid_argument("tokenizer.json: model.merges is not an array");
   }
-  const Json& merges_json = m["merges"];
-  merges.reserve(merges_json.size());
+  merges.reserve(parts.merges.size());
   int32_t rank = 0;
-  std::string left, right, both;
-  for (const Json& e : merges_json) {
-    if (e.is_string()) {
-      const std::string& s = e.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return invalid_argument("tokenizer.json: malformed merge '" + s + "'");
-      }
-      left.assign(s, 0, sp);
-      right.assign(s, sp + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      left = e[0].get<std::string>();
-      right = e[1].get<std::string>();
-    } else {
-      return invalid_argument("tokenizer.json: malformed merge entry " + e.dump());
-    }
+  std::string both;
+  for (const auto& [left, right] : parts.merges) {
     both = left + right;
     auto a = vocab.find(left), b = vocab.find(right), c = vocab.find(both);
     if (a == vocab.end() || b == vocab.end() || c == vocab.end()) {
@@ -1103,14 +1255,18 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path)
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view json) {
   Json j;
+  BigParts parts;
   try {
-    j = Json::parse(json.begin(), json.end());
+    TokenizerSax sax(&j, &parts);
+    if (!Json::sax_parse(json.begin(), json.end(), &sax)) {
+      return invalid_argument("tokenizer.json: malformed JSON");
+    }
   } catch (const std::exception& e) {
     return invalid_argument(std::string("tokenizer.json: malformed JSON: ") + e.what());
   }
   auto impl = std::make_unique<Impl>();
   try {
-    RETURN_IF_ERROR(impl->load(j));
+    RETURN_IF_ERROR(impl->load(j, parts));
   } catch (const std::exception& e) {
     return invalid_argument(std::string("tokenizer.json: unexpected structure: ") + e.what());
   }
