@@ -20,7 +20,8 @@ int run_bench_kernels(const std::vector<std::string>& args) {
   flags.add("stack-layers", &o.num_stack_layers, "layers in the streamed decode stack");
   flags.add("lm-head", &o.include_lm_head, "also time the 151936x896 lm_head GEMV");
   flags.add("isa", &o.isa, "portable, avx2, avx512 or avx512bf16 (default: detected)");
-  if (int code = flags.parse_or_exit_code(args); code >= 0) return code;
+  if (int code = flags.parse_or_exit_code(args); code >= 0)
+    return code;
   Status status = kernels::run_kernel_benchmarks(o, stdout);
   if (!status.is_ok()) {
     std::fprintf(stderr, "bench kernels: %s\n", status.to_string().c_str());

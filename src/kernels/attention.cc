@@ -24,8 +24,7 @@ struct Task {
 }  // namespace
 
 void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
-              const int32_t* block_table, int layer, const KvCacheLayout& layout,
-              float* kv_base) {
+              const int32_t* block_table, int layer, const KvCacheLayout& layout, float* kv_base) {
   CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
   const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
   const int64_t part = layout.layer_part_floats();

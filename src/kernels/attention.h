@@ -23,9 +23,7 @@ struct KvCacheLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
 
-  int64_t layer_part_floats() const {
-    return int64_t{block_size} * num_kv_heads * head_dim;
-  }
+  int64_t layer_part_floats() const { return int64_t{block_size} * num_kv_heads * head_dim; }
   int64_t block_num_floats() const { return 2 * int64_t{num_layers} * layer_part_floats(); }
   int64_t block_num_bytes() const { return block_num_floats() * 4; }
 };
@@ -33,8 +31,7 @@ struct KvCacheLayout {
 // Writes k and v ([num_tokens][num_kv_heads][head_dim]) of the tokens at positions
 // start_pos, start_pos+1, ... into slot (block_table[pos / block_size], pos % block_size).
 void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
-              const int32_t* block_table, int layer, const KvCacheLayout& layout,
-              float* kv_base);
+              const int32_t* block_table, int layer, const KvCacheLayout& layout, float* kv_base);
 
 struct AttentionSeq {
   int64_t q_row;       // first row of this sequence in q/out

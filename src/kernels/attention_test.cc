@@ -18,8 +18,8 @@ using testing::random_floats;
 using testing::ScopedIsa;
 
 struct SeqData {
-  int64_t len;        // tokens in the cache after this step
-  int64_t start_pos;  // first query position
+  int64_t len;              // tokens in the cache after this step
+  int64_t start_pos;        // first query position
   std::vector<float> k, v;  // [len][kv_heads][head_dim]
   std::vector<int32_t> block_table;
 };
@@ -69,7 +69,8 @@ void run_case(int num_kv_heads, int group, int head_dim, int block_size) {
   seqs[2].len = 37;
   seqs[2].start_pos = 0;
   int64_t num_blocks = 0;
-  for (auto& s : seqs) num_blocks += (s.len + block_size - 1) / block_size;
+  for (auto& s : seqs)
+    num_blocks += (s.len + block_size - 1) / block_size;
   // Shuffled block ids so that no sequence's blocks are contiguous or in order.
   std::vector<int32_t> ids(num_blocks + 3);
   std::iota(ids.begin(), ids.end(), 0);
@@ -131,9 +132,15 @@ void run_case(int num_kv_heads, int group, int head_dim, int block_size) {
   }
 }
 
-TEST(PagedAttentionTest, MatchesNaiveAttentionMha) { run_case(3, 1, 16, 5); }
-TEST(PagedAttentionTest, MatchesNaiveAttentionGqa2) { run_case(2, 2, 64, 16); }
-TEST(PagedAttentionTest, MatchesNaiveAttentionGqa7) { run_case(2, 7, 12, 3); }
+TEST(PagedAttentionTest, MatchesNaiveAttentionMha) {
+  run_case(3, 1, 16, 5);
+}
+TEST(PagedAttentionTest, MatchesNaiveAttentionGqa2) {
+  run_case(2, 2, 64, 16);
+}
+TEST(PagedAttentionTest, MatchesNaiveAttentionGqa7) {
+  run_case(2, 7, 12, 3);
+}
 
 TEST(KvCacheLayoutTest, Sizes) {
   KvCacheLayout layout{24, 16, 2, 64};

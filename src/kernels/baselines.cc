@@ -60,7 +60,8 @@ double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
     pool.parallel_for(n, [&](int c) { flops[c] = fn(kIters); });
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
     double total = 0;
-    for (double f : flops) total += f;
+    for (double f : flops)
+      total += f;
     best = std::max(best, total / s / 1e9);
   }
   return best;

@@ -16,11 +16,14 @@ Isa detect() {
   bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   // GCC 12's __builtin_cpu_supports knows avx512bf16 and avx512vnni.
-  bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16") &&
-              __builtin_cpu_supports("avx512vnni");
-  if (bf16) return Isa::kAvx512Bf16;
-  if (avx512) return Isa::kAvx512;
-  if (avx2) return Isa::kAvx2;
+  bool bf16 =
+      avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni");
+  if (bf16)
+    return Isa::kAvx512Bf16;
+  if (avx512)
+    return Isa::kAvx512;
+  if (avx2)
+    return Isa::kAvx2;
 #endif
   return Isa::kPortable;
 }
@@ -28,7 +31,8 @@ Isa detect() {
 Isa initial_active() {
   Isa best = detected_isa();
   const char* env = std::getenv("CRESCENT_ISA");
-  if (env == nullptr || *env == '\0') return best;
+  if (env == nullptr || *env == '\0')
+    return best;
   Result<Isa> isa = parse_isa(env);
   if (!isa.is_ok()) {
     CRESCENT_LOG(kWarn) << "ignoring CRESCENT_ISA: " << isa.status().to_string();
@@ -36,7 +40,7 @@ Isa initial_active() {
   }
   if (static_cast<int>(*isa) > static_cast<int>(best)) {
     CRESCENT_LOG(kWarn) << "CRESCENT_ISA=" << env << " is not supported by this CPU; using "
-                           << isa_name(best);
+                        << isa_name(best);
     return best;
   }
   return *isa;
@@ -54,7 +58,9 @@ Isa detected_isa() {
   return isa;
 }
 
-Isa active_isa() { return active_storage().load(std::memory_order_relaxed); }
+Isa active_isa() {
+  return active_storage().load(std::memory_order_relaxed);
+}
 
 Status set_active_isa(Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
@@ -67,17 +73,22 @@ Status set_active_isa(Isa isa) {
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kPortable: return "portable";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512bf16";
+    case Isa::kPortable:
+      return "portable";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "unknown";
 }
 
 Result<Isa> parse_isa(std::string_view name) {
   for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (name == isa_name(isa)) return isa;
+    if (name == isa_name(isa))
+      return isa;
   }
   return invalid_argument("unknown ISA '" + std::string(name) +
                           "' (expected portable, avx2, avx512 or avx512bf16)");

@@ -14,7 +14,7 @@ namespace crescent::kernels {
 struct KernelBenchOptions {
   int num_threads = 2;
   int64_t prefill_tokens = 512;
-  int num_reps = 5;
+  int num_reps = 10;
   // Layers of the decode stack streamed per GEMV step (all seven projections each); enough
   // that the weights do not fit in the last-level cache.
   int num_stack_layers = 8;

@@ -13,11 +13,14 @@ std::array<KernelTable, 4> build_tables() {
   Isa best = detected_isa();
   // Only run a fill function whose instructions the CPU has; an unsupported level keeps the
   // lower table (set_active_isa refuses to select it anyway).
-  if (best >= Isa::kAvx2) fill_avx2(&t);
+  if (best >= Isa::kAvx2)
+    fill_avx2(&t);
   tables[static_cast<int>(Isa::kAvx2)] = t;
-  if (best >= Isa::kAvx512) fill_avx512(&t);
+  if (best >= Isa::kAvx512)
+    fill_avx512(&t);
   tables[static_cast<int>(Isa::kAvx512)] = t;
-  if (best >= Isa::kAvx512Bf16) fill_avx512bf16(&t);
+  if (best >= Isa::kAvx512Bf16)
+    fill_avx512bf16(&t);
   tables[static_cast<int>(Isa::kAvx512Bf16)] = t;
   return tables;
 }

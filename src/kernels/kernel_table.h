@@ -50,7 +50,9 @@ void fill_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
 
 const KernelTable& kernel_table(Isa isa);
-inline const KernelTable& active_table() { return kernel_table(active_isa()); }
+inline const KernelTable& active_table() {
+  return kernel_table(active_isa());
+}
 
 // Q8_0 activation quantisation (ggml's quantize_row_q8_0 with an f32 scale): n % 32 == 0.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);

@@ -73,7 +73,8 @@ void f32_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
       _mm256_store_ps(out + h * 8, _mm256_add_ps(acc_even[h][t], acc_odd[h][t]));
     }
     float* y = a.y + (t0 + t) * rows + r0;
-    for (int64_t i = 0; i < n; ++i) y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
   }
 }
 
@@ -90,8 +91,12 @@ void matmul_f32_math(const MatmulArgs& a, int64_t pb, int64_t pe) {
   }
 }
 
-void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<false>(a, pb, pe); }
-void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<true>(a, pb, pe); }
+void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  matmul_f32_math<false>(a, pb, pe);
+}
+void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  matmul_f32_math<true>(a, pb, pe);
+}
 
 // exp(x): Cephes' expf polynomial; 2^n built in the exponent bits (n clamped to [-126, 127]).
 inline __m256 exp_ps(__m256 x) {
@@ -107,7 +112,8 @@ inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -120,7 +126,8 @@ float dot(const float* a, const float* b, int64_t n) {
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i)
+    s += a[i] * b[i];
   return s;
 }
 
@@ -130,14 +137,17 @@ void axpy(float s, const float* x, float* y, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   }
-  for (; i < n; ++i) y[i] = std::fma(s, x[i], y[i]);
+  for (; i < n; ++i)
+    y[i] = std::fma(s, x[i], y[i]);
 }
 
 void scale(float s, float* y, int64_t n) {
   const __m256 vs = _mm256_set1_ps(s);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(vs, _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] *= s;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(vs, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i)
+    y[i] *= s;
 }
 
 void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
@@ -146,15 +156,15 @@ void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
     const float sum_sq = dot(xr, xr, dim);
-    const float inv =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
+    const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
     const __m256 vinv = _mm256_set1_ps(inv);
     int64_t i = 0;
     for (; i + 8 <= dim; i += 8) {
       __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + i), vinv);
       _mm256_storeu_ps(yr + i, _mm256_mul_ps(v, _mm256_loadu_ps(weight + i)));
     }
-    for (; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+    for (; i < dim; ++i)
+      yr[i] = xr[i] * inv * weight[i];
   }
 }
 
@@ -163,7 +173,8 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
   }
-  for (; i < n; ++i) y[i] += x[i];
+  for (; i < n; ++i)
+    y[i] += x[i];
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
@@ -175,21 +186,25 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
     const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (; i < n; ++i)
+    out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 double peak_fma_flops(int64_t num_iters) {
   constexpr int kChains = 10;
   __m256 acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  for (int j = 0; j < kChains; ++j)
+    acc[j] = _mm256_set1_ps(static_cast<float>(j));
   const __m256 m = _mm256_set1_ps(0.999f);
   const __m256 c = _mm256_set1_ps(0.001f);
   for (int64_t i = 0; i < num_iters; ++i) {
 #pragma GCC unroll 10
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+    for (int j = 0; j < kChains; ++j)
+      acc[j] = _mm256_fmadd_ps(acc[j], m, c);
   }
   __m256 s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm256_add_ps(s, acc[j]);
+  for (int j = 1; j < kChains; ++j)
+    s = _mm256_add_ps(s, acc[j]);
   volatile float sink = hsum(s);
   (void)sink;
   return 2.0 * 8 * kChains * static_cast<double>(num_iters);

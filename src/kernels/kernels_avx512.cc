@@ -26,7 +26,8 @@ void f32_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
   const int64_t kp = a.w->padded_cols();
   const int64_t num_pairs = kp / 2;
   const std::byte* pan[P];
-  for (int i = 0; i < P; ++i) pan[i] = a.w->panel(panel0 + i);
+  for (int i = 0; i < P; ++i)
+    pan[i] = a.w->panel(panel0 + i);
   const float* x = a.x + t0 * kp;
   __m512 acc_even[P][T];
   __m512 acc_odd[P][T];
@@ -85,10 +86,14 @@ void f32_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
 template <bool kBf16, int P>
 void f32_tokens(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t num_tokens) {
   switch (num_tokens) {
-    case 1: return f32_block<kBf16, P, 1>(a, panel0, t0);
-    case 2: return f32_block<kBf16, P, 2>(a, panel0, t0);
-    case 3: return f32_block<kBf16, P, 3>(a, panel0, t0);
-    default: return f32_block<kBf16, P, 4>(a, panel0, t0);
+    case 1:
+      return f32_block<kBf16, P, 1>(a, panel0, t0);
+    case 2:
+      return f32_block<kBf16, P, 2>(a, panel0, t0);
+    case 3:
+      return f32_block<kBf16, P, 3>(a, panel0, t0);
+    default:
+      return f32_block<kBf16, P, 4>(a, panel0, t0);
   }
 }
 
@@ -106,8 +111,12 @@ void matmul_f32_math(const MatmulArgs& a, int64_t pb, int64_t pe) {
   }
 }
 
-void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<false>(a, pb, pe); }
-void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) { matmul_f32_math<true>(a, pb, pe); }
+void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  matmul_f32_math<false>(a, pb, pe);
+}
+void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  matmul_f32_math<true>(a, pb, pe);
+}
 
 // exp(x) for float lanes: Cephes' expf polynomial, 2^n applied with vscalefps (~1 ulp).
 inline __m512 exp_ps(__m512 x) {
@@ -126,7 +135,9 @@ inline __m512 exp_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask16 tail_mask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
 
 float dot(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps();
@@ -147,7 +158,8 @@ void axpy(float s, const float* x, float* y, int64_t n) {
   const __m512 vs = _mm512_set1_ps(s);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
-    __m512 v = _mm512_fmadd_ps(vs, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    __m512 v =
+        _mm512_fmadd_ps(vs, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
     _mm512_mask_storeu_ps(y + i, m, v);
   }
 }
@@ -166,8 +178,7 @@ void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
     const float sum_sq = dot(xr, xr, dim);
-    const float inv =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
+    const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_sq) / dim + eps));
     const __m512 vinv = _mm512_set1_ps(inv);
     for (int64_t i = 0; i < dim; i += 16) {
       const __mmask16 m = tail_mask(std::min<int64_t>(16, dim - i));
@@ -199,15 +210,18 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 double peak_fma_flops(int64_t num_iters) {
   constexpr int kChains = 12;
   __m512 acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  for (int j = 0; j < kChains; ++j)
+    acc[j] = _mm512_set1_ps(static_cast<float>(j));
   const __m512 m = _mm512_set1_ps(0.999f);
   const __m512 c = _mm512_set1_ps(0.001f);
   for (int64_t i = 0; i < num_iters; ++i) {
 #pragma GCC unroll 12
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+    for (int j = 0; j < kChains; ++j)
+      acc[j] = _mm512_fmadd_ps(acc[j], m, c);
   }
   __m512 s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm512_add_ps(s, acc[j]);
+  for (int j = 1; j < kChains; ++j)
+    s = _mm512_add_ps(s, acc[j]);
   volatile float sink = _mm512_reduce_add_ps(s);
   (void)sink;
   return 2.0 * 16 * kChains * static_cast<double>(num_iters);

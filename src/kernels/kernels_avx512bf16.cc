@@ -53,17 +53,19 @@ void dot_block(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t k0, int6
     }
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
-      const __m512bh xb = reinterpret_cast<__m512bh>(
-          _mm512_set1_epi32(static_cast<int>(x[t * num_pairs + k2])));
+      const __m512bh xb =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t * num_pairs + k2])));
 #pragma GCC unroll 4
-      for (int i = 0; i < P; ++i) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], w[i], xb);
+      for (int i = 0; i < P; ++i)
+        acc[i][t] = _mm512_dpbf16_ps(acc[i][t], w[i], xb);
     }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i) {
     const int64_t r0 = (panel0 + i) * kR;
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, mask[i], acc[i][t]);
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, mask[i], acc[i][t]);
   }
 }
 
@@ -71,18 +73,30 @@ template <int P>
 void dot_tokens(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t nt, int64_t k0,
                 int64_t k1) {
   switch (nt) {
-    case 1: return dot_block<P, 1>(a, panel0, t0, k0, k1);
-    case 2: return dot_block<P, 2>(a, panel0, t0, k0, k1);
-    case 3: return dot_block<P, 3>(a, panel0, t0, k0, k1);
-    case 4: return dot_block<P, 4>(a, panel0, t0, k0, k1);
-    case 5: return dot_block<P, 5>(a, panel0, t0, k0, k1);
-    case 6: return dot_block<P, 6>(a, panel0, t0, k0, k1);
-    case 7: return dot_block<P, 7>(a, panel0, t0, k0, k1);
-    case 8: return dot_block<P, 8>(a, panel0, t0, k0, k1);
-    case 9: return dot_block<P, 9>(a, panel0, t0, k0, k1);
-    case 10: return dot_block<P, 10>(a, panel0, t0, k0, k1);
-    case 11: return dot_block<P, 11>(a, panel0, t0, k0, k1);
-    default: return dot_block<P, 12>(a, panel0, t0, k0, k1);
+    case 1:
+      return dot_block<P, 1>(a, panel0, t0, k0, k1);
+    case 2:
+      return dot_block<P, 2>(a, panel0, t0, k0, k1);
+    case 3:
+      return dot_block<P, 3>(a, panel0, t0, k0, k1);
+    case 4:
+      return dot_block<P, 4>(a, panel0, t0, k0, k1);
+    case 5:
+      return dot_block<P, 5>(a, panel0, t0, k0, k1);
+    case 6:
+      return dot_block<P, 6>(a, panel0, t0, k0, k1);
+    case 7:
+      return dot_block<P, 7>(a, panel0, t0, k0, k1);
+    case 8:
+      return dot_block<P, 8>(a, panel0, t0, k0, k1);
+    case 9:
+      return dot_block<P, 9>(a, panel0, t0, k0, k1);
+    case 10:
+      return dot_block<P, 10>(a, panel0, t0, k0, k1);
+    case 11:
+      return dot_block<P, 11>(a, panel0, t0, k0, k1);
+    default:
+      return dot_block<P, 12>(a, panel0, t0, k0, k1);
   }
 }
 
@@ -119,14 +133,16 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
     scales[i] = reinterpret_cast<const uint16_t*>(panel);
     quants[i] = reinterpret_cast<const uint8_t*>(panel + q8_scale_region_bytes(kp));
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t)
+      acc[i][t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < num_blocks; ++b) {
     __m512i dots[P][T];
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i) {
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) dots[i][t] = _mm512_setzero_si512();
+      for (int t = 0; t < T; ++t)
+        dots[i][t] = _mm512_setzero_si512();
       _mm_prefetch(reinterpret_cast<const char*>(quants[i] + b * 512) + 2048, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(quants[i] + b * 512) + 2048 + 256, _MM_HINT_T0);
     }
@@ -134,20 +150,22 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
     for (int j = 0; j < 8; ++j) {
       __m512i w[P];
 #pragma GCC unroll 4
-      for (int i = 0; i < P; ++i) w[i] = _mm512_load_si512(quants[i] + b * 512 + j * 64);
+      for (int i = 0; i < P; ++i)
+        w[i] = _mm512_load_si512(quants[i] + b * 512 + j * 64);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         int32_t x4;
         __builtin_memcpy(&x4, a.xq + (t0 + t) * kp + b * 32 + j * 4, 4);
         const __m512i xb = _mm512_set1_epi32(x4);
 #pragma GCC unroll 4
-        for (int i = 0; i < P; ++i) dots[i][t] = _mm512_dpbusd_epi32(dots[i][t], w[i], xb);
+        for (int i = 0; i < P; ++i)
+          dots[i][t] = _mm512_dpbusd_epi32(dots[i][t], w[i], xb);
       }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i) {
-      const __m512 sw = _mm512_cvtph_ps(
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[i] + b * kR)));
+      const __m512 sw =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales[i] + b * kR)));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const int64_t xi = (t0 + t) * num_blocks + b;
@@ -172,10 +190,14 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
 template <int P>
 void q8_tokens(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t nt) {
   switch (nt) {
-    case 1: return q8_block<P, 1>(a, panel0, t0);
-    case 2: return q8_block<P, 2>(a, panel0, t0);
-    case 3: return q8_block<P, 3>(a, panel0, t0);
-    default: return q8_block<P, 4>(a, panel0, t0);
+    case 1:
+      return q8_block<P, 1>(a, panel0, t0);
+    case 2:
+      return q8_block<P, 2>(a, panel0, t0);
+    case 3:
+      return q8_block<P, 3>(a, panel0, t0);
+    default:
+      return q8_block<P, 4>(a, panel0, t0);
   }
 }
 
@@ -195,15 +217,18 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
 double peak_bf16_flops(int64_t num_iters) {
   constexpr int kChains = 12;
   __m512 acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  for (int j = 0; j < kChains; ++j)
+    acc[j] = _mm512_set1_ps(static_cast<float>(j));
   const __m512bh m = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // (1.0, 1.0)
   const __m512bh c = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3a803a80));  // tiny
   for (int64_t i = 0; i < num_iters; ++i) {
 #pragma GCC unroll 12
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], m, c);
+    for (int j = 0; j < kChains; ++j)
+      acc[j] = _mm512_dpbf16_ps(acc[j], m, c);
   }
   __m512 s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm512_add_ps(s, acc[j]);
+  for (int j = 1; j < kChains; ++j)
+    s = _mm512_add_ps(s, acc[j]);
   volatile float sink = _mm512_reduce_add_ps(s);
   (void)sink;
   // 16 lanes x 2 products, 2 flops per multiply-add.

@@ -17,7 +17,8 @@ void store_panel(const MatmulArgs& a, int64_t panel, int64_t t, const float* acc
   const int64_t r0 = panel * kR;
   const int64_t n = std::min<int64_t>(kR, rows - r0);
   float* y = a.y + t * rows + r0;
-  for (int64_t i = 0; i < n; ++i) y[i] = acc[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = acc[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
 }
 
 // F32 and BF16 panels share one loop: even and odd columns of each K pair go to separate
@@ -38,7 +39,8 @@ void matmul_pairs(const MatmulArgs& a, int64_t pb, int64_t pe, LoadFn load) {
         }
       }
       float acc[kR];
-      for (int r = 0; r < kR; ++r) acc[r] = acc_even[r] + acc_odd[r];
+      for (int r = 0; r < kR; ++r)
+        acc[r] = acc_even[r] + acc_odd[r];
       store_panel(a, p, t, acc);
     }
   }
@@ -86,16 +88,19 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i)
+    acc += a[i] * b[i];
   return acc;
 }
 
 void axpy(float s, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += s * x[i];
 }
 
 void scale(float s, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+  for (int64_t i = 0; i < n; ++i)
+    y[i] *= s;
 }
 
 void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
@@ -104,14 +109,17 @@ void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
     double sum_sq = 0;
-    for (int64_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = 0; i < dim; ++i)
+      sum_sq += static_cast<double>(xr[i]) * xr[i];
     const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / dim + eps));
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = xr[i] * inv * weight[i];
   }
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += x[i];
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
@@ -127,7 +135,8 @@ double peak_fma_flops(int64_t num_iters) {
   const float m = 0.999f;
   const float c = 0.001f;
   for (int64_t i = 0; i < num_iters; ++i) {
-    for (float& v : acc) v = v * m + c;
+    for (float& v : acc)
+      v = v * m + c;
   }
   volatile float sink = acc[0] + acc[7];
   (void)sink;

@@ -13,7 +13,9 @@ namespace {
 
 using internal::MatmulArgs;
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 // Converts row r of a row-major source weight to floats.
 void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r, float* out) {
@@ -23,12 +25,14 @@ void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r,
       return;
     case DType::kBF16: {
       const uint16_t* src = static_cast<const uint16_t*>(data) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_float(src[c]);
+      for (int64_t c = 0; c < cols; ++c)
+        out[c] = bf16_to_float(src[c]);
       return;
     }
     case DType::kF16: {
       const uint16_t* src = static_cast<const uint16_t*>(data) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_float(src[c]);
+      for (int64_t c = 0; c < cols; ++c)
+        out[c] = f16_to_float(src[c]);
       return;
     }
     case DType::kQ8_0: {
@@ -38,7 +42,8 @@ void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r,
         Q8Block block;
         std::memcpy(&block, src + b * sizeof(Q8Block), sizeof(Q8Block));
         float d = f16_to_float(block.scale_f16);
-        for (int64_t i = 0; i < kQ8BlockSize; ++i) out[b * kQ8BlockSize + i] = d * block.quants[i];
+        for (int64_t i = 0; i < kQ8BlockSize; ++i)
+          out[b * kQ8BlockSize + i] = d * block.quants[i];
       }
       return;
     }
@@ -48,7 +53,8 @@ void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r,
 // ggml's quantize_row_q8_0_ref for one block of 32 floats.
 Q8Block quantize_block(const float* x) {
   float amax = 0;
-  for (int i = 0; i < kQ8BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+  for (int i = 0; i < kQ8BlockSize; ++i)
+    amax = std::max(amax, std::fabs(x[i]));
   float d = amax / 127.0f;
   float id = d != 0 ? 1.0f / d : 0.0f;
   Q8Block block;
@@ -64,12 +70,12 @@ void store_q8_block(std::byte* panel, int64_t padded_cols, int64_t r_in_panel, i
                     const Q8Block& block) {
   auto* scales = reinterpret_cast<uint16_t*>(panel);
   scales[b * kPanelRows + r_in_panel] = block.scale_f16;
-  auto* quants = reinterpret_cast<uint8_t*>(panel + internal::q8_scale_region_bytes(padded_cols)) +
-                 b * 512;
+  auto* quants =
+      reinterpret_cast<uint8_t*>(panel + internal::q8_scale_region_bytes(padded_cols)) + b * 512;
   for (int j = 0; j < 8; ++j) {
     for (int e = 0; e < 4; ++e) {
       quants[j * 64 + r_in_panel * 4 + e] =
-          static_cast<uint8_t>(block.quants[j * 4 + e]) ^ uint8_t{0x80};
+          static_cast<uint8_t>(block.quants[j * 4 + e]) ^ uint8_t { 0x80 };
     }
   }
 }
@@ -78,14 +84,19 @@ void store_q8_block(std::byte* panel, int64_t padded_cols, int64_t r_in_panel, i
 
 std::string_view weight_format_name(WeightFormat format) {
   switch (format) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kQ8_0: return "q8_0";
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kQ8_0:
+      return "q8_0";
   }
   return "unknown";
 }
 
-void PackedWeight::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+void PackedWeight::FreeDeleter::operator()(std::byte* p) const {
+  std::free(p);
+}
 
 PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat format) {
   CRESCENT_CHECK(rows > 0 && cols > 0) << rows << "x" << cols;
@@ -147,7 +158,8 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
     switch (format) {
       case WeightFormat::kF32: {
         auto* dst = reinterpret_cast<float*>(panel);
-        for (int64_t c = 0; c < cols; ++c) dst[c * kPanelRows + ri] = row[c];
+        for (int64_t c = 0; c < cols; ++c)
+          dst[c * kPanelRows + ri] = row[c];
         break;
       }
       case WeightFormat::kBF16: {
@@ -191,8 +203,8 @@ std::vector<float> unpack_weight(const PackedWeight& w) {
           int64_t j = (c % 32) / 4;
           int64_t e = c % 4;
           float d = f16_to_float(reinterpret_cast<const uint16_t*>(panel)[b * kPanelRows + ri]);
-          auto u = reinterpret_cast<const uint8_t*>(panel + internal::q8_scale_region_bytes(kp))
-              [b * 512 + j * 64 + ri * 4 + e];
+          auto u = reinterpret_cast<const uint8_t*>(
+              panel + internal::q8_scale_region_bytes(kp))[b * 512 + j * 64 + ri * 4 + e];
           v = d * static_cast<int8_t>(u ^ 0x80);
           break;
         }
@@ -209,7 +221,8 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    for (int i = 0; i < 32; ++i)
+      amax = std::max(amax, std::fabs(xb[i]));
     float d = amax / 127.0f;
     float id = d != 0 ? 1.0f / d : 0.0f;
     int32_t sum = 0;
@@ -228,7 +241,8 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
 void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const float* bias, float* y,
             ThreadPool& pool) {
   CRESCENT_CHECK(w.rows() > 0) << "matmul with an empty weight";
-  if (num_tokens <= 0) return;
+  if (num_tokens <= 0)
+    return;
   const internal::KernelTable& table = internal::active_table();
   const int64_t cols = w.cols();
   const int64_t kp = w.padded_cols();
@@ -313,7 +327,8 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
   pool.parallel_for(static_cast<int>(num_chunks), [&](int c) {
     int64_t begin = std::min(num_panels, num_pairs * c / num_chunks * 2);
     int64_t end = std::min(num_panels, num_pairs * (c + 1) / num_chunks * 2);
-    if (begin < end) fn(args, begin, end);
+    if (begin < end)
+      fn(args, begin, end);
   });
 }
 

@@ -22,7 +22,8 @@ std::vector<float> effective_x(const std::vector<float>& x, int64_t num_tokens, 
                                WeightFormat format, Isa isa) {
   std::vector<float> out = x;
   if (format == WeightFormat::kBF16 && isa == Isa::kAvx512Bf16 && num_tokens >= kGemmMinTokens) {
-    for (float& v : out) v = bf16_to_float(float_to_bf16(v));
+    for (float& v : out)
+      v = bf16_to_float(float_to_bf16(v));
   } else if (format == WeightFormat::kQ8_0) {
     const int64_t kp = (cols + 31) / 32 * 32;
     std::vector<float> row(kp);
@@ -33,7 +34,8 @@ std::vector<float> effective_x(const std::vector<float>& x, int64_t num_tokens, 
       std::fill(row.begin(), row.end(), 0.0f);
       std::memcpy(row.data(), &x[t * cols], cols * sizeof(float));
       internal::quantize_row_q8(row.data(), kp, q.data(), scales.data(), sums.data());
-      for (int64_t c = 0; c < cols; ++c) out[t * cols + c] = q[c] * scales[c / 32];
+      for (int64_t c = 0; c < cols; ++c)
+        out[t * cols + c] = q[c] * scales[c / 32];
     }
   }
   return out;
@@ -53,8 +55,7 @@ void expect_matches_naive(const std::vector<float>& y, const std::vector<float>&
         ref += static_cast<double>(w[r * cols + c]) * xe[t * cols + c];
         mag += std::fabs(static_cast<double>(w[r * cols + c]) * xe[t * cols + c]);
       }
-      ASSERT_NEAR(y[t * rows + r], ref, rel * mag + 1e-6)
-          << what << " t=" << t << " r=" << r;
+      ASSERT_NEAR(y[t * rows + r], ref, rel * mag + 1e-6) << what << " t=" << t << " r=" << r;
     }
   }
 }
@@ -84,20 +85,21 @@ TEST(MatmulTest, EveryIsaMatchesNaiveReferenceOnOddShapes) {
           const bool with_bias = nt % 2 == 1;
           matmul(x.data(), nt, *packed, with_bias ? bias.data() : nullptr, y.data(), pool);
           const std::string what = std::string(weight_format_name(format)) + " " +
-                                   std::string(isa_name(isa)) + " " + std::to_string(s.rows) +
-                                   "x" + std::to_string(s.cols) + " tokens=" + std::to_string(nt);
+                                   std::string(isa_name(isa)) + " " + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + " tokens=" + std::to_string(nt);
           // Exact inputs of the path: only f32 rounding of the sums is left.
           const auto xe = effective_x(x, nt, s.cols, format, isa);
           expect_matches_naive(y, w, xe, with_bias ? bias : std::vector<float>{}, nt, s.rows,
-                               s.cols, 2e-6 * std::sqrt(static_cast<double>(s.cols)) + 1e-6,
-                               what);
+                               s.cols, 2e-6 * std::sqrt(static_cast<double>(s.cols)) + 1e-6, what);
           // Against the true activations: BF16 rounding is 2^-9 relative per product; Q8_0
           // activation rounding is at most max|x| / 254 per element (|x| <= 1 here).
           double rel = 1e-5;
-          if (format == WeightFormat::kQ8_0) rel = 0.05;
-          if (xe != x && format == WeightFormat::kBF16) rel = 1.0 / 256;
-          expect_matches_naive(y, w, x, with_bias ? bias : std::vector<float>{}, nt, s.rows,
-                               s.cols, rel, what + " (true x)");
+          if (format == WeightFormat::kQ8_0)
+            rel = 0.05;
+          if (xe != x && format == WeightFormat::kBF16)
+            rel = 1.0 / 256;
+          expect_matches_naive(y, w, x, with_bias ? bias : std::vector<float>{}, nt, s.rows, s.cols,
+                               rel, what + " (true x)");
         }
       }
     }
@@ -126,9 +128,9 @@ TEST(MatmulTest, LargeShapesAgreeAcrossIsasAndThreadCounts) {
           ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
               << "thread count changed the result: " << isa_name(isa);
           const auto xe = effective_x(x, nt, s.cols, format, isa);
-          expect_matches_naive(y2, w, xe, {}, nt, s.rows, s.cols, 2e-5,
-                               std::string(weight_format_name(format)) + " " +
-                                   std::string(isa_name(isa)));
+          expect_matches_naive(
+              y2, w, xe, {}, nt, s.rows, s.cols, 2e-5,
+              std::string(weight_format_name(format)) + " " + std::string(isa_name(isa)));
         }
       }
     }
@@ -174,7 +176,8 @@ TEST(PackWeightTest, Q8SourceKeepsItsExactBits) {
   std::mt19937 rng(3);
   for (Q8Block& b : blocks) {
     b.scale_f16 = float_to_f16(std::uniform_real_distribution<float>(0.001f, 0.1f)(rng));
-    for (int8_t& q : b.quants) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    for (int8_t& q : b.quants)
+      q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
   }
   auto q8 = pack_weight(blocks.data(), DType::kQ8_0, rows, cols, WeightFormat::kQ8_0);
   auto f32 = pack_weight(blocks.data(), DType::kQ8_0, rows, cols, WeightFormat::kF32);
@@ -216,7 +219,8 @@ TEST(PackWeightTest, Q8QuantisationErrorIsWithinHalfAStep) {
   }
   // ggml's rule on a known block: x = 0..31 gives d = 31/127 and q = round(x * 127 / 31).
   std::vector<float> ramp(32);
-  for (int i = 0; i < 32; ++i) ramp[i] = static_cast<float>(i);
+  for (int i = 0; i < 32; ++i)
+    ramp[i] = static_cast<float>(i);
   auto qr = pack_weight(ramp.data(), DType::kF32, 1, 32, WeightFormat::kQ8_0);
   ASSERT_TRUE(qr.is_ok());
   const auto ur = unpack_weight(*qr);

@@ -22,8 +22,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   internal::active_table().silu_mul(gate, up, n, out);
 }
 
-RopeTable::RopeTable(int head_dim, double theta, int64_t max_positions,
-                     const RopeScaling& scaling)
+RopeTable::RopeTable(int head_dim, double theta, int64_t max_positions, const RopeScaling& scaling)
     : head_dim_(head_dim), max_positions_(max_positions) {
   CRESCENT_CHECK(head_dim > 0 && head_dim % 2 == 0) << "head_dim " << head_dim;
   CRESCENT_CHECK(max_positions > 0) << max_positions;
@@ -85,17 +84,21 @@ int64_t argmax(const float* x, int64_t n) {
   CRESCENT_CHECK(n >= 1) << "argmax of an empty vector";
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;
+    if (x[i] > x[best])
+      best = i;
   }
   return best;
 }
 
 void softmax(float* x, int64_t n) {
-  if (n <= 0) return;
+  if (n <= 0)
+    return;
   float m = x[0];
-  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  for (int64_t i = 1; i < n; ++i)
+    m = std::max(m, x[i]);
   if (m == -std::numeric_limits<float>::infinity()) {
-    for (int64_t i = 0; i < n; ++i) x[i] = 1.0f / static_cast<float>(n);
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = 1.0f / static_cast<float>(n);
     return;
   }
   double sum = 0;
@@ -104,15 +107,19 @@ void softmax(float* x, int64_t n) {
     sum += x[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  for (int64_t i = 0; i < n; ++i)
+    x[i] *= inv;
 }
 
 float log_sum_exp(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  if (m == -std::numeric_limits<float>::infinity()) return m;
+  for (int64_t i = 0; i < n; ++i)
+    m = std::max(m, x[i]);
+  if (m == -std::numeric_limits<float>::infinity())
+    return m;
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  for (int64_t i = 0; i < n; ++i)
+    sum += std::exp(static_cast<double>(x[i]) - m);
   return static_cast<float>(m + std::log(sum));
 }
 

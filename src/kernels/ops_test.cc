@@ -29,7 +29,8 @@ TEST(RmsNormTest, EveryIsaMatchesDoubleReference) {
       EXPECT_EQ(in_place, y) << "aliasing changed the result";
       for (int64_t r = 0; r < rows; ++r) {
         double ss = 0;
-        for (int64_t i = 0; i < dim; ++i) ss += double{x[r * dim + i]} * x[r * dim + i];
+        for (int64_t i = 0; i < dim; ++i)
+          ss += double{x[r * dim + i]} * x[r * dim + i];
         const double inv = 1 / std::sqrt(ss / dim + 1e-6);
         for (int64_t i = 0; i < dim; ++i) {
           const double ref = x[r * dim + i] * inv * w[i];

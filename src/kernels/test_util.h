@@ -12,7 +12,8 @@ namespace crescent::kernels::testing {
 inline std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
   for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (isa <= detected_isa()) isas.push_back(isa);
+    if (isa <= detected_isa())
+      isas.push_back(isa);
   }
   return isas;
 }
@@ -20,7 +21,9 @@ inline std::vector<Isa> available_isas() {
 // Restores the active ISA when a test scope ends.
 class ScopedIsa {
  public:
-  explicit ScopedIsa(Isa isa) : saved_(active_isa()) { CRESCENT_CHECK(set_active_isa(isa).is_ok()) << isa_name(isa); }
+  explicit ScopedIsa(Isa isa) : saved_(active_isa()) {
+    CRESCENT_CHECK(set_active_isa(isa).is_ok()) << isa_name(isa);
+  }
   ~ScopedIsa() { CRESCENT_CHECK(set_active_isa(saved_).is_ok()) << isa_name(saved_); }
   ScopedIsa(const ScopedIsa&) = delete;
   ScopedIsa& operator=(const ScopedIsa&) = delete;
@@ -33,7 +36,8 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1,
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
+  for (float& x : v)
+    x = dist(rng);
   return v;
 }
 
