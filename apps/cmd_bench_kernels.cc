@@ -31,7 +31,8 @@ int run_bench_kernels(const std::vector<std::string>& args) {
 }
 
 }  // namespace
-}  // namespace crescent::apps
 
 CRESCENT_REGISTER_COMMAND(bench_kernels, "bench kernels",
                           "kernel GEMV/GEMM throughput vs memcpy and peak", run_bench_kernels)
+
+}  // namespace crescent::apps
