@@ -997,6 +997,8 @@ class Server {
         regions_->unpin(r);
       }
     }
+    // Closes now rather than when the thread is reaped, so the peer sees the refusal at once.
+    net::shutdown_both(fd);
     if (s.code() != StatusCode::kUnavailable && !is_stopping_.load()) {
       CRESCENT_LOG(kWarn) << "transfer: dropped connection from '" << peer
                           << "': " << s.to_string();
@@ -1321,6 +1323,10 @@ class Engine final : public TransferEngine, private PieceSink {
           (op.kind != OpKind::kRead && op.kind != OpKind::kWrite)) {
         return invalid_argument("op " + std::to_string(i) +
                                 ": needs a kind, a local address and a non-zero length");
+      }
+      auto local = reinterpret_cast<uintptr_t>(op.local_addr);
+      if (local + op.length < local) {
+        return invalid_argument("op " + std::to_string(i) + ": local range wraps around");
       }
     }
     ASSIGN_OR_RETURN(std::shared_ptr<Link> link, find_link(peer));
