@@ -1,0 +1,88 @@
+#pragma once
+// EngineClient: everything the OpenAI server needs from one engine, behind an interface so
+// the server is tested without a model (FakeEngineClient) and the engine never sees HTTP
+// (EngineLoopClient adapts the real EngineLoop + LoadedEngine).
+//
+// Implementations are thread-safe. submit() never blocks on generation: on_output is called
+// later from the engine's thread, once per batch of new tokens, and a last time with
+// finished = true (also after abort()).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+
+namespace crescent::server {
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct TokenLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;  // most likely first
+};
+
+struct GenerationOutput {
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;
+  std::vector<TokenLogprobs> logprobs;  // one per new token when asked for
+  bool finished = false;
+  std::string finish_reason;  // when finished: "stop", "length", "abort" or "error"
+  std::string stop_reason;    // the stop string that matched, if any
+  int32_t stop_token_id = -1;
+  std::string error_message;  // "error": why
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;  // so far
+  int num_cached_tokens = 0;
+};
+
+struct EngineMetrics {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_blocks_total = 0;
+  int num_blocks_used = 0;
+  int64_t prefix_cache_queries_tokens = 0;
+  int64_t prefix_cache_hits_tokens = 0;
+  int64_t num_prompt_tokens_total = 0;
+  int64_t num_generation_tokens_total = 0;
+  int64_t num_preemptions_total = 0;
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+class EngineClient {
+ public:
+  using OutputCallback = std::function<void(const GenerationOutput&)>;
+  virtual ~EngineClient() = default;
+
+  virtual int max_model_len() const = 0;
+  virtual int vocab_size() const = 0;
+
+  virtual Result<std::vector<int32_t>> tokenize(std::string_view text,
+                                                bool add_special_tokens) const = 0;
+  // The text of one token, as logprobs report it.
+  virtual std::string token_text(int32_t token_id) const = 0;
+  // Renders a chat with the model's template; Unimplemented if the model has none.
+  virtual Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt) const = 0;
+
+  // InvalidArgument for a request the engine refuses (bad params, prompt too long, duplicate
+  // id); on_output is then never called.
+  virtual Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                        engine::SamplingParams sampling, OutputCallback on_output) = 0;
+  // Frees the request's resources at once; its last output (finish_reason "abort") follows.
+  // Unknown or finished ids are ignored.
+  virtual void abort(const std::string& request_id) = 0;
+  virtual EngineMetrics metrics() const = 0;
+};
+
+}  // namespace crescent::server

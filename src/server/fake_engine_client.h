@@ -1,0 +1,63 @@
+#pragma once
+// FakeEngineClient: a deterministic EngineClient without a model, for the server's unit tests.
+// Words are tokens (id = hash % vocab); request i's k-th output token is a function of its
+// prompt and k, so repeated requests give the same text. It runs its own "engine" thread that
+// emits one token per running request per step, counts blocks like a paged KV cache
+// (block_size 16) and honours max_tokens, stop_token_ids, max_model_len and abort.
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "server/engine_client.h"
+
+namespace crescent::server {
+
+class FakeEngineClient : public EngineClient {
+ public:
+  struct Options {
+    int max_model_len = 256;
+    int vocab_size = 1000;
+    int num_blocks_total = 1024;
+    int step_delay_us = 200;
+  };
+  explicit FakeEngineClient(Options options);
+  ~FakeEngineClient() override;
+
+  int max_model_len() const override { return options_.max_model_len; }
+  int vocab_size() const override { return options_.vocab_size; }
+  Result<std::vector<int32_t>> tokenize(std::string_view text,
+                                        bool add_special_tokens) const override;
+  std::string token_text(int32_t token_id) const override;
+  Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) const override;
+  Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                engine::SamplingParams sampling, OutputCallback on_output) override;
+  void abort(const std::string& request_id) override;
+  EngineMetrics metrics() const override;
+
+  // The token the fake produces at output position k for this prompt.
+  static int32_t output_token(const std::vector<int32_t>& prompt, int k, int vocab_size);
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> prompt;
+    engine::SamplingParams sampling;
+    OutputCallback on_output;
+    int num_output = 0;
+    bool aborted = false;
+  };
+  void run();
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Sequence> running_;
+  EngineMetrics metrics_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace crescent::server

@@ -1,0 +1,132 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace crescent::server {
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+void header(std::string* out, const std::string& name, const char* type, const char* help) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < upper_bounds_.size() && value > upper_bounds_[i]) {
+    ++i;
+  }
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < upper_bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    *out += name + "_bucket{le=\"" + number(upper_bounds_[i]) + "\"} " +
+            std::to_string(cumulative) + "\n";
+  }
+  cumulative += counts_.back();
+  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  *out += name + "_sum " + number(sum_) + "\n";
+  *out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+ServerMetrics::ServerMetrics()
+    // vLLM's buckets.
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      tpot_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+             10.0, 20.0, 40.0, 80.0}),
+      e2e_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
+
+void ServerMetrics::observe_finished(const std::string& finish_reason, double ttft_s, double e2e_s,
+                                     int num_output_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_by_reason_[finish_reason];
+  e2e_.observe(e2e_s);
+  if (num_output_tokens > 0) {
+    ttft_.observe(ttft_s);
+  }
+  if (num_output_tokens > 1) {
+    tpot_.observe((e2e_s - ttft_s) / (num_output_tokens - 1));
+  }
+}
+
+void ServerMetrics::observe_http_request(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++http_by_status_[status];
+}
+
+std::string ServerMetrics::render(const std::string& model_name, const EngineMetrics& engine,
+                                  int num_in_flight) const {
+  std::string out;
+  std::string label = "{model_name=\"" + model_name + "\"}";
+  auto gauge = [&](const std::string& name, const char* help, double v) {
+    header(&out, name, "gauge", help);
+    out += name + label + " " + number(v) + "\n";
+  };
+  auto counter = [&](const std::string& name, const char* help, double v) {
+    header(&out, name, "counter", help);
+    out += name + label + " " + number(v) + "\n";
+  };
+  gauge("crescent_num_requests_running", "Requests the engine is running.", engine.num_running);
+  gauge("crescent_num_requests_waiting", "Requests waiting to be scheduled.", engine.num_waiting);
+  gauge("crescent_http_requests_in_flight", "Generation requests the server is answering.",
+        num_in_flight);
+  gauge("crescent_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use (0 to 1).",
+        engine.num_blocks_total > 0
+            ? static_cast<double>(engine.num_blocks_used) / engine.num_blocks_total
+            : 0.0);
+  gauge("crescent_kv_cache_blocks_used", "KV-cache blocks in use.", engine.num_blocks_used);
+  gauge("crescent_kv_cache_blocks_total", "KV-cache blocks in the pool.", engine.num_blocks_total);
+  counter("crescent_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          static_cast<double>(engine.prefix_cache_queries_tokens));
+  counter("crescent_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          static_cast<double>(engine.prefix_cache_hits_tokens));
+  counter("crescent_prompt_tokens_total", "Prompt tokens processed.",
+          static_cast<double>(engine.num_prompt_tokens_total));
+  counter("crescent_generation_tokens_total", "Tokens generated.",
+          static_cast<double>(engine.num_generation_tokens_total));
+  counter("crescent_num_preemptions_total", "Requests preempted for lack of KV blocks.",
+          static_cast<double>(engine.num_preemptions_total));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  header(&out, "crescent_request_success_total", "counter",
+         "Finished generation requests by finish reason.");
+  for (const char* reason : {"stop", "length", "abort", "error"}) {
+    auto it = finished_by_reason_.find(reason);
+    out += std::string("crescent_request_success_total{model_name=\"") + model_name +
+           "\",finished_reason=\"" + reason + "\"} " +
+           std::to_string(it == finished_by_reason_.end() ? 0 : it->second) + "\n";
+  }
+  header(&out, "crescent_http_responses_total", "counter", "HTTP responses by status code.");
+  for (const auto& [status, n] : http_by_status_) {
+    out += "crescent_http_responses_total{status=\"" + std::to_string(status) + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  header(&out, "crescent_time_to_first_token_seconds", "histogram",
+         "Time from arrival to the first output token.");
+  ttft_.render("crescent_time_to_first_token_seconds", &out);
+  header(&out, "crescent_time_per_output_token_seconds", "histogram",
+         "Mean time between output tokens, per request.");
+  tpot_.render("crescent_time_per_output_token_seconds", &out);
+  header(&out, "crescent_e2e_request_latency_seconds", "histogram",
+         "Time from arrival to the last output token.");
+  e2e_.render("crescent_e2e_request_latency_seconds", &out);
+  return out;
+}
+
+}  // namespace crescent::server

@@ -1,0 +1,52 @@
+#pragma once
+// Server metrics in the Prometheus text exposition format (version 0.0.4): latency histograms
+// the server observes (time to first token, time per output token, end-to-end) and request
+// counters, plus the engine's gauges and counters rendered from an EngineMetrics snapshot.
+// Thread-safe.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "server/engine_client.h"
+
+namespace crescent::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends the _bucket, _sum and _count lines.
+  void render(const std::string& name, std::string* out) const;
+
+ private:
+  std::vector<double> upper_bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  void observe_finished(const std::string& finish_reason, double ttft_s, double e2e_s,
+                        int num_output_tokens);
+  void observe_http_request(int status);
+
+  std::string render(const std::string& model_name, const EngineMetrics& engine,
+                     int num_in_flight) const;
+
+ private:
+  mutable std::mutex mu_;
+  Histogram ttft_;
+  Histogram tpot_;
+  Histogram e2e_;
+  std::map<std::string, uint64_t> finished_by_reason_;
+  std::map<int, uint64_t> http_by_status_;
+};
+
+}  // namespace crescent::server

@@ -1,0 +1,392 @@
+#include "server/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+
+namespace crescent::server {
+namespace {
+
+using json = nlohmann::json;
+
+const char* type_name(const json& v) {
+  return v.type_name();
+}
+
+ApiError wrong_type(const std::string& field, const char* expected, const json& v) {
+  return bad_request("'" + field + "' must be " + expected + ", got " + type_name(v), field);
+}
+
+// Reads an optional number field; null counts as absent.
+std::optional<ApiError> get_number(const json& body, const std::string& field, double* out,
+                                   bool* present = nullptr) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_number()) {
+    return wrong_type(field, "a number", *it);
+  }
+  *out = it->get<double>();
+  if (present != nullptr) {
+    *present = true;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_int(const json& body, const std::string& field, int64_t* out,
+                                bool* present = nullptr) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_number_integer()) {
+    // 16.0 is fine, 16.5 is not.
+    if (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>() &&
+        std::abs(it->get<double>()) < 9e15) {
+      *out = static_cast<int64_t>(it->get<double>());
+    } else {
+      return wrong_type(field, "an integer", *it);
+    }
+  } else if (it->is_number_unsigned() &&
+             it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return bad_request("'" + field + "' is too large", field);
+  } else {
+    *out = it->get<int64_t>();
+  }
+  if (present != nullptr) {
+    *present = true;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& body, const std::string& field, bool* out) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_boolean()) {
+    return wrong_type(field, "a boolean", *it);
+  }
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_token_ids(const json& v, const std::string& field,
+                                      std::vector<int32_t>* out) {
+  for (const auto& t : v) {
+    if (!t.is_number_integer()) {
+      return bad_request("'" + field + "' must be a string or a list of token ids", field);
+    }
+    int64_t id = t.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      return bad_request("token id " + std::to_string(id) + " is out of range", field);
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+#define CRESCENT_RETURN_IF_API_ERROR(expr) \
+  do {                                     \
+    auto api_error_ = (expr);              \
+    if (api_error_)                        \
+      return api_error_;                   \
+  } while (false)
+
+std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* out) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    return bad_request("'prompt' is required", "prompt");
+  }
+  const json& p = *it;
+  if (p.is_string()) {
+    out->prompt_text = p.get<std::string>();
+    return std::nullopt;
+  }
+  if (!p.is_array() || p.empty()) {
+    return bad_request("'prompt' must be a string, a list of token ids, or a list of one of those",
+                       "prompt");
+  }
+  if (p[0].is_array() || p[0].is_string()) {
+    if (p.size() != 1) {
+      return bad_request("only one prompt per request is supported (n=1, no batches)", "prompt");
+    }
+    if (p[0].is_string()) {
+      out->prompt_text = p[0].get<std::string>();
+      return std::nullopt;
+    }
+    std::vector<int32_t> ids;
+    CRESCENT_RETURN_IF_API_ERROR(get_token_ids(p[0], "prompt", &ids));
+    out->prompt_token_ids = std::move(ids);
+    return std::nullopt;
+  }
+  std::vector<int32_t> ids;
+  CRESCENT_RETURN_IF_API_ERROR(get_token_ids(p, "prompt", &ids));
+  out->prompt_token_ids = std::move(ids);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) {
+    return bad_request("'messages' is required", "messages");
+  }
+  if (!it->is_array()) {
+    return wrong_type("messages", "a list", *it);
+  }
+  if (it->empty()) {
+    return bad_request("'messages' must not be empty", "messages");
+  }
+  for (const auto& m : *it) {
+    if (!m.is_object()) {
+      return bad_request("each message must be an object", "messages");
+    }
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return bad_request("each message needs a string 'role'", "messages");
+    }
+    ChatMessage message;
+    message.role = role->get<std::string>();
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      message.content = "";
+    } else if (content->is_string()) {
+      message.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // [{"type": "text", "text": "..."}]: text parts only.
+      for (const auto& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return bad_request("only text content parts are supported", "messages");
+        }
+        message.content += part["text"].get<std::string>();
+      }
+    } else {
+      return bad_request("message 'content' must be a string or a list of text parts", "messages");
+    }
+    out->messages.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& body, engine::SamplingParams* sampling) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (it->is_string()) {
+    if (!it->get<std::string>().empty()) {
+      sampling->stop.push_back(it->get<std::string>());
+    }
+    return std::nullopt;
+  }
+  if (!it->is_array()) {
+    return wrong_type("stop", "a string or a list of strings", *it);
+  }
+  for (const auto& s : *it) {
+    if (!s.is_string()) {
+      return bad_request("'stop' must be a string or a list of strings", "stop");
+    }
+    if (!s.get<std::string>().empty()) {
+      sampling->stop.push_back(s.get<std::string>());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out) {
+  engine::SamplingParams& s = out->sampling;
+  double d = 0;
+  bool present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_number(body, "temperature", &d, &present));
+  if (present) {
+    if (d < 0 || d > 100) {
+      return bad_request("'temperature' must be in [0, 100], got " + std::to_string(d),
+                         "temperature");
+    }
+    s.temperature = static_cast<float>(d);
+  }
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_number(body, "top_p", &d, &present));
+  if (present) {
+    if (!(d > 0 && d <= 1)) {
+      return bad_request("'top_p' must be in (0, 1], got " + std::to_string(d), "top_p");
+    }
+    s.top_p = static_cast<float>(d);
+  }
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_number(body, "min_p", &d, &present));
+  if (present) {
+    if (!(d >= 0 && d <= 1)) {
+      return bad_request("'min_p' must be in [0, 1], got " + std::to_string(d), "min_p");
+    }
+    s.min_p = static_cast<float>(d);
+  }
+  int64_t i = 0;
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_int(body, "top_k", &i, &present));
+  if (present) {
+    if (i < -1 || i > std::numeric_limits<int32_t>::max()) {
+      return bad_request("'top_k' must be -1 (off) or >= 0, got " + std::to_string(i), "top_k");
+    }
+    s.top_k = static_cast<int32_t>(i);
+  }
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_int(body, "seed", &i, &present));
+  if (present) {
+    s.seed = static_cast<uint64_t>(i);
+  }
+  // Chat prefers max_completion_tokens; both are accepted on both endpoints.
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    present = false;
+    CRESCENT_RETURN_IF_API_ERROR(get_int(body, field, &i, &present));
+    if (present) {
+      if (i < 1) {
+        return bad_request(
+            std::string("'") + field + "' must be at least 1, got " + std::to_string(i), field);
+      }
+      s.max_tokens =
+          static_cast<int32_t>(std::min<int64_t>(i, std::numeric_limits<int32_t>::max()));
+      out->max_tokens_given = true;
+      if (i > std::numeric_limits<int32_t>::max()) {
+        return bad_request(std::string("'") + field + "' is too large: " + std::to_string(i),
+                           field);
+      }
+    }
+  }
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_int(body, "n", &i, &present));
+  if (present && i != 1) {
+    return bad_request("only n=1 is supported", "n");
+  }
+  CRESCENT_RETURN_IF_API_ERROR(parse_stop(body, &s));
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return wrong_type("stop_token_ids", "a list of integers", *it);
+    }
+    CRESCENT_RETURN_IF_API_ERROR(get_token_ids(*it, "stop_token_ids", &s.stop_token_ids));
+  }
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "ignore_eos", &s.ignore_eos));
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "skip_special_tokens", &s.skip_special_tokens));
+  // Penalties are accepted only at their neutral value: crescent does not implement them.
+  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
+    d = 0;
+    CRESCENT_RETURN_IF_API_ERROR(get_number(body, field, &d));
+    if (d != 0) {
+      return bad_request(std::string("'") + field + "' is not supported (only 0)", field);
+    }
+  }
+  present = false;
+  d = 1;
+  CRESCENT_RETURN_IF_API_ERROR(get_number(body, "repetition_penalty", &d, &present));
+  if (present && d != 1) {
+    return bad_request("'repetition_penalty' is not supported (only 1)", "repetition_penalty");
+  }
+  bool echo = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "echo", &echo));
+  if (echo) {
+    return bad_request("'echo' is not supported", "echo");
+  }
+
+  if (out->endpoint == Endpoint::kCompletions) {
+    present = false;
+    CRESCENT_RETURN_IF_API_ERROR(get_int(body, "logprobs", &i, &present));
+    if (present) {
+      if (i < 0 || i > engine::kMaxLogprobs) {
+        return bad_request("'logprobs' must be in [0, " + std::to_string(engine::kMaxLogprobs) +
+                               "], got " + std::to_string(i),
+                           "logprobs");
+      }
+      s.logprobs = static_cast<int32_t>(i);
+      out->want_logprobs = true;
+    }
+  } else {
+    CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "logprobs", &out->want_logprobs));
+    present = false;
+    i = 0;
+    CRESCENT_RETURN_IF_API_ERROR(get_int(body, "top_logprobs", &i, &present));
+    if (present && (i < 0 || i > engine::kMaxLogprobs)) {
+      return bad_request("'top_logprobs' must be in [0, " + std::to_string(engine::kMaxLogprobs) +
+                             "], got " + std::to_string(i),
+                         "top_logprobs");
+    }
+    if (present && !out->want_logprobs && i > 0) {
+      return bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    }
+    if (out->want_logprobs) {
+      s.logprobs = static_cast<int32_t>(i);
+    }
+    CRESCENT_RETURN_IF_API_ERROR(
+        get_bool(body, "add_generation_prompt", &out->add_generation_prompt));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiError bad_request(std::string message, std::string param) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = "400";
+  return e;
+}
+
+json error_json(const ApiError& error) {
+  json e = {{"message", error.message}, {"type", error.type}};
+  e["param"] = error.param.empty() ? json(nullptr) : json(error.param);
+  e["code"] = error.code.empty() ? json(nullptr) : json(error.code);
+  return json{{"error", e}};
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
+                                                 GenerationRequest* out) {
+  out->endpoint = endpoint;
+  // The parser rejects invalid UTF-8 inside strings, so prompts reach the tokenizer valid.
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    try {
+      json ignored = json::parse(body);
+      (void)ignored;
+    } catch (const json::parse_error& e) {
+      return bad_request(std::string("the request body is not valid JSON: ") + e.what());
+    }
+    return bad_request("the request body is not valid JSON");
+  }
+  if (!j.is_object()) {
+    return bad_request("the request body must be a JSON object");
+  }
+  if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return wrong_type("model", "a string", *it);
+    }
+    out->model = it->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    CRESCENT_RETURN_IF_API_ERROR(parse_prompt(j, out));
+  } else {
+    CRESCENT_RETURN_IF_API_ERROR(parse_messages(j, out));
+  }
+  CRESCENT_RETURN_IF_API_ERROR(parse_sampling(j, out));
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "stream", &out->stream));
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return wrong_type("stream_options", "an object", *it);
+    }
+    CRESCENT_RETURN_IF_API_ERROR(get_bool(*it, "include_usage", &out->include_usage));
+  }
+  if (auto it = j.find("kv_transfer_params"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return wrong_type("kv_transfer_params", "an object", *it);
+    }
+    out->kv_transfer_params = *it;
+  }
+  return std::nullopt;
+}
+
+}  // namespace crescent::server

@@ -1,0 +1,55 @@
+#pragma once
+// The OpenAI wire format for /v1/completions and /v1/chat/completions: parsing and validating
+// a request body into a GenerationRequest, and building responses, stream chunks and errors.
+// Pure functions over nlohmann::json; no I/O, no engine.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "server/engine_client.h"
+
+namespace crescent::server {
+
+// An error as OpenAI shapes it, with its HTTP status.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";  // or "not_found_error", "internal_server_error"
+  std::string param;                           // "" -> null
+  std::string code;                            // "" -> null
+};
+nlohmann::json error_json(const ApiError& error);
+ApiError bad_request(std::string message, std::string param = "");
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // "" when absent
+  // Exactly one of these is set by the parser.
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<int32_t>> prompt_token_ids;
+  std::vector<ChatMessage> messages;  // kChat
+  bool add_generation_prompt = true;
+  engine::SamplingParams sampling;
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;
+  // Chat: logprobs is a bool and top_logprobs the count; completions: logprobs is the count.
+  bool want_logprobs = false;
+  std::optional<nlohmann::json> kv_transfer_params;
+};
+
+// Parses and checks a body; everything that does not need the engine (types, ranges,
+// n == 1, non-empty messages) is checked here.
+std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
+                                                 GenerationRequest* out);
+
+// Text of a response body; invalid UTF-8 in generated text is replaced, never thrown.
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace crescent::server

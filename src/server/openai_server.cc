@@ -1,0 +1,480 @@
+#include "server/openai_server.h"
+
+#include <chrono>
+#include <ctime>
+#include <mutex>
+
+#include "core/clock.h"
+#include "core/ids.h"
+#include "core/logging.h"
+#include "server/openai_protocol.h"
+
+namespace crescent::server {
+
+using json = nlohmann::json;
+using net::http::Headers;
+using net::http::Request;
+using net::http::ResponseWriter;
+
+namespace {
+
+int64_t unix_seconds() {
+  return static_cast<int64_t>(std::time(nullptr));
+}
+
+ApiError make_error(int status, std::string message, std::string type) {
+  ApiError e;
+  e.http_status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::to_string(status);
+  return e;
+}
+
+json usage_json(int prompt, int completion, int cached) {
+  json u = {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion}};
+  if (cached > 0) {
+    u["prompt_tokens_details"] = {{"cached_tokens", cached}};
+  }
+  return u;
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) {
+    b.push_back(static_cast<int>(c));
+  }
+  return b;
+}
+
+}  // namespace
+
+// One generation request from arrival to its last byte.
+struct OpenAiServer::Call {
+  GenerationRequest request;
+  std::string engine_id;
+  std::string response_id;
+  std::string x_request_id;
+  int64_t created = 0;
+  int64_t arrival_ns = 0;
+  int64_t first_token_ns = 0;
+  std::shared_ptr<ResponseWriter> writer;
+  EngineClient* engine = nullptr;
+  // Non-streamed: accumulated output. Streamed: text_offset for completions logprobs.
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;
+  size_t text_offset = 0;
+  bool sent_first_chunk = false;
+  std::mutex mu;  // orders the stream's start before its first output
+};
+
+OpenAiServer::OpenAiServer(OpenAiServerOptions options) : options_(std::move(options)) {}
+
+OpenAiServer::~OpenAiServer() {
+  stop();
+}
+
+Result<std::unique_ptr<OpenAiServer>> OpenAiServer::start(OpenAiServerOptions options) {
+  std::unique_ptr<OpenAiServer> server(new OpenAiServer(options));
+  OpenAiServer* self = server.get();
+  ASSIGN_OR_RETURN(
+      server->http_,
+      net::http::Server::start(options.http, [self](Request r, std::shared_ptr<ResponseWriter> w) {
+        self->handle(std::move(r), std::move(w));
+      }));
+  return server;
+}
+
+void OpenAiServer::set_engine(EngineClient* engine) {
+  engine_.store(engine);
+}
+int OpenAiServer::port() const {
+  return http_->port();
+}
+
+void OpenAiServer::begin_drain() {
+  draining_.store(true);
+  http_->stop_accepting();
+}
+
+void OpenAiServer::stop() {
+  if (http_) {
+    http_->stop();
+  }
+}
+
+void OpenAiServer::send_json(ResponseWriter& writer, int status, const std::string& body,
+                             Headers headers) {
+  metrics_.observe_http_request(status);
+  writer.send(status, "application/json", body, std::move(headers));
+}
+
+void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> writer) {
+  struct Route {
+    const char* path;
+    const char* method;
+  };
+  static const Route kRoutes[] = {
+      {"/health", "GET"},  {"/v1/models", "GET"},       {"/metrics", "GET"},
+      {"/version", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+  };
+  const Route* route = nullptr;
+  for (const auto& r : kRoutes) {
+    if (request.path == r.path) {
+      route = &r;
+    }
+  }
+  if (route == nullptr) {
+    return send_json(
+        *writer, 404,
+        dump_json(error_json(make_error(404, "no route for " + request.path, "not_found_error"))));
+  }
+  if (request.method != route->method) {
+    return send_json(
+        *writer, 405,
+        dump_json(error_json(make_error(
+            405, request.method + " is not allowed on " + request.path + "; use " + route->method,
+            "invalid_request_error"))),
+        {{"Allow", route->method}});
+  }
+  EngineClient* engine = engine_.load();
+  if (request.path == "/health") {
+    if (engine == nullptr || draining_.load()) {
+      metrics_.observe_http_request(503);
+      return writer->send(503, "text/plain", engine == nullptr ? "loading\n" : "draining\n");
+    }
+    metrics_.observe_http_request(200);
+    return writer->send(200, "", "");
+  }
+  if (request.path == "/metrics") {
+    metrics_.observe_http_request(200);
+    return writer->send(
+        200, "text/plain; version=0.0.4; charset=utf-8",
+        metrics_.render(options_.served_model_name, engine ? engine->metrics() : EngineMetrics{},
+                        num_in_flight_.load()));
+  }
+  if (request.path == "/version") {
+    return send_json(*writer, 200, R"({"version":"crescent-0.1"})");
+  }
+  if (request.path == "/v1/models") {
+    json model = {{"id", options_.served_model_name},   {"object", "model"},
+                  {"created", unix_seconds()},          {"owned_by", "crescent"},
+                  {"root", options_.served_model_name}, {"parent", nullptr}};
+    if (engine != nullptr) {
+      model["max_model_len"] = engine->max_model_len();
+    }
+    return send_json(*writer, 200,
+                     dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+  }
+  handle_generation(std::move(request), std::move(writer), request.path == "/v1/chat/completions");
+}
+
+void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWriter> writer,
+                                     bool chat) {
+  auto fail = [&](const ApiError& e) {
+    send_json(*writer, e.http_status, dump_json(error_json(e)));
+  };
+  EngineClient* engine = engine_.load();
+  if (engine == nullptr) {
+    return fail(make_error(503, "the model is still loading", "service_unavailable"));
+  }
+  if (draining_.load()) {
+    return fail(make_error(503, "the server is shutting down", "service_unavailable"));
+  }
+  auto call = std::make_shared<Call>();
+  call->arrival_ns = now_ns();
+  call->created = unix_seconds();
+  call->engine = engine;
+  call->writer = writer;
+  GenerationRequest& req = call->request;
+  if (auto e = parse_generation_request(request.body,
+                                        chat ? Endpoint::kChat : Endpoint::kCompletions, &req)) {
+    return fail(*e);
+  }
+  if (!req.model.empty() && req.model != options_.served_model_name) {
+    ApiError e =
+        make_error(404, "The model `" + req.model + "` does not exist.", "not_found_error");
+    e.param = "model";
+    e.code = "model_not_found";
+    return fail(e);
+  }
+
+  // Prompt tokens.
+  std::vector<int32_t> prompt;
+  if (chat) {
+    std::vector<ChatMessage> messages = req.messages;
+    auto rendered = engine->render_chat(messages, req.add_generation_prompt);
+    if (!rendered.is_ok()) {
+      return fail(bad_request("cannot apply the chat template: " + rendered.status().message(),
+                              "messages"));
+    }
+    // The template already holds the special tokens (BOS) it wants.
+    auto ids = engine->tokenize(*rendered, /*add_special_tokens=*/false);
+    if (!ids.is_ok()) {
+      return fail(bad_request(ids.status().message(), "messages"));
+    }
+    prompt = std::move(ids).value();
+  } else if (req.prompt_text) {
+    auto ids = engine->tokenize(*req.prompt_text, /*add_special_tokens=*/true);
+    if (!ids.is_ok()) {
+      return fail(bad_request(ids.status().message(), "prompt"));
+    }
+    prompt = std::move(ids).value();
+  } else {
+    prompt = *req.prompt_token_ids;
+    for (int32_t id : prompt) {
+      if (id >= engine->vocab_size()) {
+        return fail(bad_request("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                    std::to_string(engine->vocab_size()) + ")",
+                                "prompt"));
+      }
+    }
+  }
+  if (prompt.empty()) {
+    return fail(bad_request("the prompt is empty", chat ? "messages" : "prompt"));
+  }
+  int max_len = engine->max_model_len();
+  int num_prompt = static_cast<int>(prompt.size());
+  if (num_prompt >= max_len) {
+    return fail(bad_request("This model's maximum context length is " + std::to_string(max_len) +
+                                " tokens. However, your prompt has " + std::to_string(num_prompt) +
+                                " tokens, which leaves no room for output.",
+                            chat ? "messages" : "prompt"));
+  }
+  if (!req.max_tokens_given) {
+    req.sampling.max_tokens =
+        chat ? max_len - num_prompt
+             : std::min(options_.default_completion_max_tokens, max_len - num_prompt);
+  } else if (static_cast<int64_t>(num_prompt) + req.sampling.max_tokens > max_len) {
+    return fail(
+        bad_request("This model's maximum context length is " + std::to_string(max_len) +
+                        " tokens. However, you requested " +
+                        std::to_string(static_cast<int64_t>(num_prompt) + req.sampling.max_tokens) +
+                        " tokens (" + std::to_string(num_prompt) + " in the prompt, " +
+                        std::to_string(req.sampling.max_tokens) +
+                        " for the completion). Please reduce the length.",
+                    "max_tokens"));
+  }
+
+  call->x_request_id = request.header("x-request-id");
+  uint64_t number = next_request_number_.fetch_add(1);
+  std::string base = call->x_request_id.empty() ? random_uuid() : call->x_request_id;
+  call->response_id = (chat ? "chatcmpl-" : "cmpl-") + base;
+  // Unique even when a client reuses an X-Request-Id.
+  call->engine_id = base + "#" + std::to_string(number);
+
+  num_in_flight_.fetch_add(1);
+  // Outputs wait for the stream's headers: on_output takes this lock too.
+  std::unique_lock<std::mutex> lock(call->mu);
+  Status s = engine->submit(call->engine_id, std::move(prompt), req.sampling,
+                            [this, call](const GenerationOutput& out) { on_output(call, out); });
+  if (!s.is_ok()) {
+    num_in_flight_.fetch_sub(1);
+    if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAlreadyExists) {
+      return fail(bad_request(s.message()));
+    }
+    return fail(make_error(503, s.message(), "service_unavailable"));
+  }
+  Headers headers;
+  if (!call->x_request_id.empty()) {
+    headers["X-Request-Id"] = call->x_request_id;
+  }
+  if (req.stream) {
+    metrics_.observe_http_request(200);
+    headers["Cache-Control"] = "no-cache";
+    writer->start_stream(200, "text/event-stream", std::move(headers));
+  }
+  // A client that goes away aborts its request; the engine frees its blocks at once.
+  writer->on_close([engine, id = call->engine_id] { engine->abort(id); });
+}
+
+void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const GenerationOutput& out) {
+  std::lock_guard<std::mutex> lock(call->mu);
+  const GenerationRequest& req = call->request;
+  bool chat = req.endpoint == Endpoint::kChat;
+  if (call->first_token_ns == 0 && !out.new_token_ids.empty()) {
+    call->first_token_ns = now_ns();
+  }
+  // Logprobs of this output in the endpoint's shape.
+  json chat_logprobs = json::array();
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offsets = json::array();
+  if (req.want_logprobs) {
+    for (const auto& lp : out.logprobs) {
+      std::string token = call->engine->token_text(lp.sampled.token_id);
+      if (chat) {
+        json top = json::array();
+        for (const auto& t : lp.top) {
+          std::string s = call->engine->token_text(t.token_id);
+          top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
+        }
+        chat_logprobs.push_back({{"token", token},
+                                 {"logprob", lp.sampled.logprob},
+                                 {"bytes", bytes_of(token)},
+                                 {"top_logprobs", top}});
+      } else {
+        json top = json::object();
+        for (const auto& t : lp.top) {
+          top[call->engine->token_text(t.token_id)] = t.logprob;
+        }
+        tokens.push_back(token);
+        token_logprobs.push_back(lp.sampled.logprob);
+        top_logprobs.push_back(top);
+        text_offsets.push_back(call->text_offset);
+        call->text_offset += token.size();
+      }
+    }
+  }
+  auto logprobs_json = [&](json content, json toks, json tlps, json tops, json offs) -> json {
+    if (!req.want_logprobs) {
+      return nullptr;
+    }
+    if (chat) {
+      return json{{"content", std::move(content)}};
+    }
+    return json{{"tokens", std::move(toks)},
+                {"token_logprobs", std::move(tlps)},
+                {"top_logprobs", std::move(tops)},
+                {"text_offset", std::move(offs)}};
+  };
+  json finish_reason = out.finished
+                           ? json(out.finish_reason == "error" ? "abort" : out.finish_reason)
+                           : json(nullptr);
+  json stop_reason = nullptr;
+  if (!out.stop_reason.empty()) {
+    stop_reason = out.stop_reason;
+  } else if (out.stop_token_id >= 0) {
+    stop_reason = out.stop_token_id;
+  }
+  ResponseWriter& writer = *call->writer;
+
+  if (req.stream) {
+    auto chunk = [&](json choices) {
+      json c = {{"id", call->response_id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", call->created},
+                {"model", options_.served_model_name},
+                {"choices", std::move(choices)}};
+      if (req.include_usage) {
+        c["usage"] = nullptr;
+      }
+      return c;
+    };
+    auto send_event = [&](const json& j) { writer.write("data: " + dump_json(j) + "\n\n"); };
+    if (chat && !call->sent_first_chunk) {
+      call->sent_first_chunk = true;
+      send_event(chunk(json::array({{{"index", 0},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}})));
+    }
+    if (out.finished && out.finish_reason == "error") {
+      send_event(error_json(
+          make_error(500, "generation failed: " + out.error_message, "internal_server_error")));
+    } else if (!out.new_text.empty() || !out.new_token_ids.empty() || out.finished) {
+      json choice = {{"index", 0},
+                     {"logprobs", logprobs_json(chat_logprobs, tokens, token_logprobs, top_logprobs,
+                                                text_offsets)},
+                     {"finish_reason", finish_reason}};
+      if (chat) {
+        choice["delta"] = out.new_text.empty() ? json::object() : json{{"content", out.new_text}};
+      } else {
+        choice["text"] = out.new_text;
+        choice["stop_reason"] = stop_reason;
+      }
+      json c = chunk(json::array({choice}));
+      if (out.finished && req.kv_transfer_params) {
+        c["kv_transfer_params"] = *req.kv_transfer_params;
+      }
+      send_event(c);
+    }
+    if (out.finished) {
+      if (req.include_usage) {
+        json c = chunk(json::array());
+        c["usage"] =
+            usage_json(out.num_prompt_tokens, out.num_output_tokens, out.num_cached_tokens);
+        send_event(c);
+      }
+      writer.write("data: [DONE]\n\n");
+      writer.end();
+    }
+  } else {
+    call->text += out.new_text;
+    for (const auto& lp : out.logprobs) {
+      call->logprobs.push_back(lp);
+    }
+    if (out.finished) {
+      if (out.finish_reason == "error") {
+        send_json(writer, 500,
+                  dump_json(error_json(make_error(500, "generation failed: " + out.error_message,
+                                                  "internal_server_error"))));
+      } else {
+        // Shape all logprobs at once.
+        json all_chat = json::array(), all_tokens = json::array(), all_tlps = json::array(),
+             all_tops = json::array(), all_offs = json::array();
+        size_t offset = 0;
+        for (const auto& lp : call->logprobs) {
+          std::string token = call->engine->token_text(lp.sampled.token_id);
+          if (chat) {
+            json top = json::array();
+            for (const auto& t : lp.top) {
+              std::string s = call->engine->token_text(t.token_id);
+              top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
+            }
+            all_chat.push_back({{"token", token},
+                                {"logprob", lp.sampled.logprob},
+                                {"bytes", bytes_of(token)},
+                                {"top_logprobs", top}});
+          } else {
+            json top = json::object();
+            for (const auto& t : lp.top) {
+              top[call->engine->token_text(t.token_id)] = t.logprob;
+            }
+            all_tokens.push_back(token);
+            all_tlps.push_back(lp.sampled.logprob);
+            all_tops.push_back(top);
+            all_offs.push_back(offset);
+            offset += token.size();
+          }
+        }
+        json choice = {
+            {"index", 0},
+            {"logprobs", logprobs_json(all_chat, all_tokens, all_tlps, all_tops, all_offs)},
+            {"finish_reason", finish_reason},
+            {"stop_reason", stop_reason}};
+        if (chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", call->text}};
+        } else {
+          choice["text"] = call->text;
+        }
+        json body = {{"id", call->response_id},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", call->created},
+                     {"model", options_.served_model_name},
+                     {"choices", json::array({choice})},
+                     {"usage", usage_json(out.num_prompt_tokens, out.num_output_tokens,
+                                          out.num_cached_tokens)}};
+        body["kv_transfer_params"] =
+            req.kv_transfer_params ? *req.kv_transfer_params : json(nullptr);
+        Headers headers;
+        if (!call->x_request_id.empty()) {
+          headers["X-Request-Id"] = call->x_request_id;
+        }
+        send_json(writer, 200, dump_json(body), std::move(headers));
+      }
+    }
+  }
+  if (out.finished) {
+    int64_t end_ns = now_ns();
+    double e2e = static_cast<double>(end_ns - call->arrival_ns) * 1e-9;
+    double ttft = call->first_token_ns == 0
+                      ? e2e
+                      : static_cast<double>(call->first_token_ns - call->arrival_ns) * 1e-9;
+    metrics_.observe_finished(out.finish_reason, ttft, e2e, out.num_output_tokens);
+    num_in_flight_.fetch_sub(1);
+  }
+}
+
+}  // namespace crescent::server

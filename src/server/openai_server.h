@@ -1,0 +1,65 @@
+#pragma once
+// OpenAiServer: the OpenAI-compatible HTTP front of one engine. Routes /v1/completions,
+// /v1/chat/completions (whole or streamed as SSE), /v1/models, /health, /metrics and
+// /version; turns each generation request into one EngineClient::submit whose outputs are
+// written to the client from the engine's thread without blocking it; aborts a request whose
+// client disconnects. Starts serving before the model is loaded (/health answers 503 until
+// set_engine()). Thread-safe.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "net/http/http_server.h"
+#include "server/engine_client.h"
+#include "server/metrics.h"
+
+namespace crescent::server {
+
+struct OpenAiServerOptions {
+  net::http::ServerOptions http;
+  std::string served_model_name = "crescent";
+  // max_tokens when a /v1/completions request gives none (OpenAI's default); chat requests
+  // without one may use the rest of the context.
+  int default_completion_max_tokens = 16;
+};
+
+class OpenAiServer {
+ public:
+  static Result<std::unique_ptr<OpenAiServer>> start(OpenAiServerOptions options);
+  ~OpenAiServer();  // stop()
+
+  // Makes the server ready; engine must outlive the server (or the next set_engine(nullptr)).
+  void set_engine(EngineClient* engine);
+  int port() const;
+
+  // Graceful shutdown, step 1: stop accepting connections; new generation requests on open
+  // connections get 503.
+  void begin_drain();
+  // Generation requests accepted and not yet finished.
+  int num_in_flight() const { return num_in_flight_.load(); }
+  // Closes all connections and stops the I/O threads.
+  void stop();
+
+ private:
+  struct Call;
+  explicit OpenAiServer(OpenAiServerOptions options);
+  void handle(net::http::Request request, std::shared_ptr<net::http::ResponseWriter> writer);
+  void handle_generation(net::http::Request request,
+                         std::shared_ptr<net::http::ResponseWriter> writer, bool chat);
+  void on_output(const std::shared_ptr<Call>& call, const GenerationOutput& output);
+  void send_json(net::http::ResponseWriter& writer, int status, const std::string& body,
+                 net::http::Headers headers = {});
+
+  OpenAiServerOptions options_;
+  std::unique_ptr<net::http::Server> http_;
+  std::atomic<EngineClient*> engine_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> num_in_flight_{0};
+  std::atomic<uint64_t> next_request_number_{0};
+  ServerMetrics metrics_;
+};
+
+}  // namespace crescent::server

@@ -1,0 +1,257 @@
+#include "server/openai_server.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "net/http/http_client.h"
+#include "server/fake_engine_client.h"
+
+namespace crescent::server {
+namespace {
+
+using json = nlohmann::json;
+using net::http::HttpClient;
+
+Deadline soon() {
+  return Deadline::after_ms(20'000);
+}
+
+class OpenAiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OpenAiServerOptions options;
+    options.served_model_name = "fake";
+    options.http.max_body_bytes = 64 << 10;
+    auto server = OpenAiServer::start(options);
+    ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+    server_ = std::move(server).value();
+    FakeEngineClient::Options fake;
+    fake.max_model_len = 64;
+    engine_ = std::make_unique<FakeEngineClient>(fake);
+    client_ = std::make_unique<HttpClient>("127.0.0.1", server_->port());
+  }
+  void TearDown() override {
+    client_.reset();
+    server_->stop();
+  }
+
+  net::http::Response post(const std::string& path, const std::string& body,
+                           net::http::Headers headers = {}) {
+    headers["Content-Type"] = "application/json";
+    auto r = client_->request("POST", path, body, headers, soon());
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return r.is_ok() ? std::move(r).value() : net::http::Response{};
+  }
+  // Streams and returns the parsed events (without [DONE], which must be last).
+  std::vector<json> stream(const std::string& path, const std::string& body) {
+    std::vector<std::string> events;
+    net::http::SseParser sse;
+    auto r = client_->stream(
+        "POST", path, body, {{"Content-Type", "application/json"}},
+        [&](std::string_view d) {
+          sse.feed(d, [&](std::string_view e) { events.emplace_back(e); });
+          return true;
+        },
+        soon());
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->header("content-type"), "text/event-stream");
+    EXPECT_FALSE(events.empty());
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::vector<json> out;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      out.push_back(json::parse(events[i]));
+    }
+    return out;
+  }
+  double metrics_value(const std::string& name) {
+    auto r = client_->request("GET", "/metrics", "", {}, soon());
+    EXPECT_TRUE(r.is_ok());
+    auto pos = r->body.find("\n" + name);
+    EXPECT_NE(pos, std::string::npos) << name;
+    auto end = r->body.find('\n', pos + 1);
+    auto line = r->body.substr(pos + 1, end - pos - 1);
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  // The text the fake produces for this prompt.
+  std::string expected_text(const std::string& prompt, int n) {
+    auto ids = engine_->tokenize(prompt, true).value();
+    std::string text;
+    for (int k = 0; k < n; ++k) {
+      text += engine_->token_text(FakeEngineClient::output_token(ids, k, engine_->vocab_size()));
+    }
+    return text;
+  }
+
+  std::unique_ptr<OpenAiServer> server_;
+  std::unique_ptr<FakeEngineClient> engine_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+TEST_F(OpenAiServerTest, HealthIs503UntilTheEngineIsSet) {
+  auto r = client_->request("GET", "/health", "", {}, soon());
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a"})").status, 503);
+  server_->set_engine(engine_.get());
+  r = client_->request("GET", "/health", "", {}, soon());
+  EXPECT_EQ(r->status, 200);
+  r = client_->request("GET", "/v1/models", "", {}, soon());
+  EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "fake");
+  EXPECT_EQ(json::parse(r->body)["data"][0]["max_model_len"], 64);
+}
+
+TEST_F(OpenAiServerTest, CompletionStreamedAndWholeAgree) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions", R"({"model":"fake","prompt":"hello world","max_tokens":5})",
+                {{"X-Request-Id", "abc"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-request-id"), "abc");
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["id"], "cmpl-abc");
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["choices"][0]["text"], expected_text("hello world", 5));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);  // BOS + 2 words
+  EXPECT_EQ(body["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(body["usage"]["total_tokens"], 8);
+
+  auto events = stream("/v1/completions",
+                       R"({"prompt":"hello world","max_tokens":5,"stream":true,
+                           "stream_options":{"include_usage":true}})");
+  std::string text;
+  json finish;
+  for (const auto& e : events) {
+    if (!e["choices"].empty()) {
+      text += e["choices"][0]["text"].get<std::string>();
+      if (!e["choices"][0]["finish_reason"].is_null()) {
+        finish = e["choices"][0]["finish_reason"];
+      }
+    }
+  }
+  EXPECT_EQ(text, body["choices"][0]["text"]);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 5);
+  EXPECT_TRUE(events.back()["choices"].empty());
+}
+
+TEST_F(OpenAiServerTest, ChatStreamedAndWholeAgree) {
+  server_->set_engine(engine_.get());
+  std::string msgs = R"("messages":[{"role":"user","content":"hi there"}])";
+  auto r = post("/v1/chat/completions", "{" + msgs + R"(,"max_tokens":4})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  std::string whole = body["choices"][0]["message"]["content"];
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
+  auto events = stream("/v1/chat/completions", "{" + msgs + R"(,"max_tokens":4,"stream":true})");
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (const auto& e : events) {
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    text += e["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, whole);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(OpenAiServerTest, KvTransferParamsAndLogprobsComeBack) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions",
+                R"({"prompt":[5,6,7],"max_tokens":2,"logprobs":2,
+                    "kv_transfer_params":{"do_remote_decode":true,"transfer_id":"xfer-9"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["kv_transfer_params"]["transfer_id"], "xfer-9");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
+  auto lp = body["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 2u);
+  EXPECT_EQ(lp["token_logprobs"].size(), 2u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  r = post("/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,
+               "top_logprobs":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  body = json::parse(r.body);
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
+}
+
+TEST_F(OpenAiServerTest, BadInputsGetErrorsAndTheServerKeepsServing) {
+  server_->set_engine(engine_.get());
+  struct Case {
+    const char* method;
+    const char* path;
+    std::string body;
+    int status;
+  };
+  // 80 words: longer than the fake's 64-token context.
+  std::string long_prompt = R"({"prompt":")";
+  for (int i = 0; i < 80; ++i) {
+    long_prompt.append("w").append(std::to_string(i)).append(" ");
+  }
+  long_prompt += R"("})";
+  const Case cases[] = {
+      {"POST", "/v1/completions", "{\"prompt\": ", 400},
+      {"POST", "/v1/completions", R"({"prompt": 12})", 400},
+      {"POST", "/v1/completions", R"({"prompt":"a","max_tokens":-3})", 400},
+      {"POST", "/v1/completions", R"({"prompt":"a","max_tokens":100000})", 400},
+      {"POST", "/v1/completions", long_prompt, 400},
+      {"POST", "/v1/completions", "{\"prompt\": \"\xc3\x28\"}", 400},
+      {"POST", "/v1/chat/completions", R"({"messages":[]})", 400},
+      {"POST", "/v1/completions", R"({"model":"gpt-4","prompt":"a"})", 404},
+      {"POST", "/v1/completions", R"({"prompt":")" + std::string(70 << 10, 'a') + R"("})", 413},
+      {"GET", "/v2/nothing", "", 404},
+      {"GET", "/v1/completions", "", 405},
+      {"POST", "/v1/completions", R"({"prompt":[999999]})", 400},
+  };
+  for (const auto& c : cases) {
+    auto r =
+        client_->request(c.method, c.path, c.body, {{"Content-Type", "application/json"}}, soon());
+    ASSERT_TRUE(r.is_ok()) << c.path << " " << c.body.substr(0, 60);
+    EXPECT_EQ(r->status, c.status) << c.body.substr(0, 80) << " -> " << r->body;
+    json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r->body;
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+    EXPECT_TRUE(e["error"].contains("type"));
+    // Still serving, on a fresh connection if the server closed this one.
+    auto ok = post("/v1/completions", R"({"prompt":"a","max_tokens":1})");
+    EXPECT_EQ(ok.status, 200);
+  }
+}
+
+TEST_F(OpenAiServerTest, ClientDisconnectAbortsAndFreesBlocks) {
+  server_->set_engine(engine_.get());
+  {
+    HttpClient leaver("127.0.0.1", server_->port());
+    int seen = 0;
+    auto r = leaver.stream(
+        "POST", "/v1/completions", R"({"prompt":"a b c","max_tokens":60,"stream":true})", {},
+        [&](std::string_view) { return ++seen < 2; }, soon());
+    ASSERT_TRUE(r.is_ok());
+  }
+  for (int i = 0; i < 200 && server_->num_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->num_in_flight(), 0);
+  EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
+  EXPECT_EQ(metrics_value(
+                "crescent_request_success_total{model_name=\"fake\",finished_reason=\"abort\"}"),
+            1);
+}
+
+TEST_F(OpenAiServerTest, DrainRefusesNewWork) {
+  server_->set_engine(engine_.get());
+  // Open the keep-alive connection first: a draining server accepts no new ones.
+  ASSERT_EQ(client_->request("GET", "/health", "", {}, soon())->status, 200);
+  server_->begin_drain();
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a"})").status, 503);
+  auto r = client_->request("GET", "/health", "", {}, soon());
+  EXPECT_EQ(r->status, 503);
+}
+
+}  // namespace
+}  // namespace crescent::server
