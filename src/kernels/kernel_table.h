@@ -16,14 +16,19 @@ namespace crescent::kernels::internal {
 struct MatmulArgs {
   const PackedWeight* w = nullptr;
   int64_t num_tokens = 0;
-  const float* x = nullptr;          // [num_tokens][padded_cols] f32, zero padded
-  const uint32_t* x_bf16 = nullptr;  // [num_tokens][padded_cols / 2] BF16 pairs (lo = even col)
-  const int8_t* xq = nullptr;        // [num_tokens][padded_cols] Q8_0 quants
-  const float* x_scale = nullptr;    // [num_tokens][padded_cols / 32] Q8_0 scales
-  const int32_t* x_sum = nullptr;    // [num_tokens][padded_cols / 32] sum of the quants per block
-  const float* bias = nullptr;       // [rows] or null
-  float* y = nullptr;                // [num_tokens][rows]
+  const float* x = nullptr;  // [num_tokens][padded_cols] f32, zero padded
+  // BF16 pairs (lo = even column) in GEMM order: [token block][pair][kBf16GemmTokens], the
+  // tokens past num_tokens zero, so the microkernel broadcasts from one moving pointer.
+  const uint32_t* x_bf16 = nullptr;
+  const int8_t* xq = nullptr;      // [num_tokens][padded_cols] Q8_0 quants
+  const float* x_scale = nullptr;  // [num_tokens][padded_cols / 32] Q8_0 scales
+  const int32_t* x_sum = nullptr;  // [num_tokens][padded_cols / 32] sum of the quants per block
+  const float* bias = nullptr;     // [rows] or null
+  float* y = nullptr;              // [num_tokens][rows]
 };
+// Tokens per BF16 GEMM microkernel call (2 panels x 12 tokens = 24 zmm accumulators).
+constexpr int64_t kBf16GemmTokens = 12;
+
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
 

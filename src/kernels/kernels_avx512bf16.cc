@@ -12,8 +12,7 @@ namespace crescent::kernels::internal {
 namespace {
 
 constexpr int kR = static_cast<int>(kPanelRows);
-// Tokens per microkernel call: 2 panels x 12 tokens = 24 zmm accumulators.
-constexpr int kGemmTokens = 12;
+constexpr int64_t kGemmTokens = kBf16GemmTokens;
 // K pairs per cache block: a 32-row W slice of 1024 pairs is 128 KiB, well inside L2.
 constexpr int64_t kGemmPairsPerBlock = 1024;
 
@@ -44,6 +43,7 @@ void dot_block(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t k0, int6
       }
     }
   }
+  // t0 is a multiple of kGemmTokens: this block's activations are [pair][kGemmTokens].
   const uint32_t* x = a.x_bf16 + t0 * num_pairs;
   for (int64_t k2 = k0; k2 < k1; ++k2) {
     __m512bh w[P];
@@ -54,7 +54,7 @@ void dot_block(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t k0, int6
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const __m512bh xb =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t * num_pairs + k2])));
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[k2 * kGemmTokens + t])));
 #pragma GCC unroll 4
       for (int i = 0; i < P; ++i)
         acc[i][t] = _mm512_dpbf16_ps(acc[i][t], w[i], xb);

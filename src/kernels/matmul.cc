@@ -278,15 +278,17 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
     case WeightFormat::kBF16:
       if (table.gemm_bf16_dot != nullptr && num_tokens >= kGemmMinTokens) {
         const int64_t num_pairs = kp / 2;
-        x_bf16.resize(num_tokens * num_pairs);
+        constexpr int64_t kTb = internal::kBf16GemmTokens;
+        const int64_t num_token_blocks = (num_tokens + kTb - 1) / kTb;
+        x_bf16.assign(num_token_blocks * num_pairs * kTb, 0);
         pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
           for (int64_t t = t0; t < t1; ++t) {
             const float* xt = x + t * cols;
-            uint32_t* dst = &x_bf16[t * num_pairs];
+            uint32_t* dst = &x_bf16[(t / kTb) * num_pairs * kTb + t % kTb];
             for (int64_t p = 0; p < num_pairs; ++p) {
               uint32_t lo = float_to_bf16(xt[2 * p]);
               uint32_t hi = 2 * p + 1 < cols ? float_to_bf16(xt[2 * p + 1]) : 0;
-              dst[p] = lo | (hi << 16);
+              dst[p * kTb] = lo | (hi << 16);
             }
           }
         });
