@@ -71,7 +71,8 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
 // The weight as row-major [rows][cols] floats (exact: dequantised values for Q8_0).
 std::vector<float> unpack_weight(const PackedWeight& w);
 
-// y[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for t < num_tokens; x, y float32 row-major.
+// y[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for t < num_tokens; x, y float32 row-major and
+// not aliased.
 // Each output element is computed by one thread in a fixed order, so results do not depend on
 // the pool's thread count.
 void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const float* bias, float* y,
