@@ -118,6 +118,113 @@ void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) {
   matmul_f32_math<true>(a, pb, pe);
 }
 
+// Q8_0 x Q8_0 without VNNI: the u8 (= q + 128) weights widen to i16 and vpmaddwd multiplies
+// them with the i16 activations, giving (row, column pair) sums for 8 rows per vector; the pairs
+// are folded once per block and the +128 removed with the activation quant sum, as in the VNNI
+// kernel, so the block dots are the same exact integers.
+template <int P, int T>
+void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
+  const int64_t kp = a.w->padded_cols();
+  const int64_t num_blocks = kp / 32;
+  const int64_t rows = a.w->rows();
+  const uint16_t* scales[P];
+  const uint8_t* quants[P];
+  __m512 acc[P][T];
+  const __m512i even_idx =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) {
+    const std::byte* panel = a.w->panel(panel0 + i);
+    scales[i] = reinterpret_cast<const uint16_t*>(panel);
+    quants[i] = reinterpret_cast<const uint8_t*>(panel + q8_scale_region_bytes(kp));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t)
+      acc[i][t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    __m512i lo[P][T];
+    __m512i hi[P][T];
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        lo[i][t] = _mm512_setzero_si512();
+        hi[i][t] = _mm512_setzero_si512();
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      __m512i w_lo[P];
+      __m512i w_hi[P];
+#pragma GCC unroll 4
+      for (int i = 0; i < P; ++i) {
+        const uint8_t* src = quants[i] + b * 512 + j * 64;
+        w_lo[i] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(src)));
+        w_hi[i] =
+            _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(src + 32)));
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* xq = a.xq + (t0 + t) * kp + b * 32 + j * 4;
+        const __m512i xb = _mm512_set1_epi64(
+            static_cast<int64_t>(static_cast<uint16_t>(xq[0]) |
+                                 (static_cast<uint64_t>(static_cast<uint16_t>(xq[1])) << 16) |
+                                 (static_cast<uint64_t>(static_cast<uint16_t>(xq[2])) << 32) |
+                                 (static_cast<uint64_t>(static_cast<uint16_t>(xq[3])) << 48)));
+#pragma GCC unroll 4
+        for (int i = 0; i < P; ++i) {
+          lo[i][t] = _mm512_add_epi32(lo[i][t], _mm512_madd_epi16(w_lo[i], xb));
+          hi[i][t] = _mm512_add_epi32(hi[i][t], _mm512_madd_epi16(w_hi[i], xb));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) {
+      const __m512 sw =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales[i] + b * kR)));
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int64_t xi = (t0 + t) * num_blocks + b;
+        const __m512i dot =
+            _mm512_add_epi32(_mm512_permutex2var_epi32(lo[i][t], even_idx, hi[i][t]),
+                             _mm512_permutex2var_epi32(lo[i][t], odd_idx, hi[i][t]));
+        const __m512i corr = _mm512_set1_epi32(128 * a.x_sum[xi]);
+        const __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, corr));
+        acc[i][t] = _mm512_fmadd_ps(d, _mm512_mul_ps(sw, _mm512_set1_ps(a.x_scale[xi])), acc[i][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) {
+    const int64_t r0 = (panel0 + i) * kR;
+    const __mmask16 m = row_mask(a, panel0 + i);
+    const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r0) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, m, _mm512_add_ps(acc[i][t], bias));
+    }
+  }
+}
+
+void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  for (int64_t p = pb; p < pe; p += 2) {
+    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 2) {
+      const bool two_panels = p + 1 < pe;
+      const bool two_tokens = a.num_tokens - t0 >= 2;
+      if (two_panels && two_tokens) {
+        q8_block<2, 2>(a, p, t0);
+      } else if (two_panels) {
+        q8_block<2, 1>(a, p, t0);
+      } else if (two_tokens) {
+        q8_block<1, 2>(a, p, t0);
+      } else {
+        q8_block<1, 1>(a, p, t0);
+      }
+    }
+  }
+}
+
 // exp(x) for float lanes: Cephes' expf polynomial, 2^n applied with vscalefps (~1 ulp).
 inline __m512 exp_ps(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
@@ -232,6 +339,7 @@ double peak_fma_flops(int64_t num_iters) {
 void fill_avx512(KernelTable* t) {
   t->matmul_f32 = matmul_f32;
   t->matmul_bf16 = matmul_bf16;
+  t->matmul_q8 = matmul_q8;
   t->dot = dot;
   t->axpy = axpy;
   t->scale = scale;
