@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/thread_pool.h"
+
 namespace crescent::model {
 
 using nlohmann::json;
@@ -1107,7 +1109,6 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
     total_bytes += dtype_num_bytes(p.out, p.view.num_elements());
   int64_t done_bytes = 0;
 
-  std::vector<float> row;
   std::vector<uint8_t> converted;
   for (const Plan& p : plans) {
     const TensorView& v = p.view;
@@ -1121,37 +1122,53 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
                               " heads");
     }
     const int64_t src_row_bytes = dtype_num_bytes(v.dtype, num_cols);
-    row.resize(static_cast<size_t>(num_cols));
-    converted.resize(static_cast<size_t>(dtype_num_bytes(p.out, num_cols)));
-    for (int64_t g = 0; g < num_rows; ++g) {
-      const int64_t src = p.heads > 0 ? llama_qk_hf_row(g, num_rows, p.heads) : g;
-      TensorView src_row{v.name,
-                         v.dtype,
-                         {num_cols},
-                         static_cast<const uint8_t*>(v.data) + src * src_row_bytes,
-                         src_row_bytes};
-      tensor_to_float(src_row, row.data());
-      switch (p.out) {
-        case DType::kF32:
-          std::memcpy(converted.data(), row.data(), row.size() * 4);
-          break;
-        case DType::kF16: {
-          auto* o = reinterpret_cast<uint16_t*>(converted.data());
-          for (int64_t i = 0; i < num_cols; ++i)
-            o[i] = float_to_f16(row[i]);
-          break;
+    const int64_t out_row_bytes = dtype_num_bytes(p.out, num_cols);
+    // Rows are converted in batches of about 4 MB, in parallel, then written in order.
+    const int64_t batch_rows =
+        std::clamp<int64_t>((4 << 20) / std::max<int64_t>(out_row_bytes, 1), 1, num_rows);
+    converted.resize(static_cast<size_t>(batch_rows * out_row_bytes));
+    for (int64_t first = 0; first < num_rows; first += batch_rows) {
+      const int64_t n = std::min(batch_rows, num_rows - first);
+      auto convert = [&](int64_t lo, int64_t hi) {
+        std::vector<float> row(static_cast<size_t>(num_cols));
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t g = first + r;
+          const int64_t src = p.heads > 0 ? llama_qk_hf_row(g, num_rows, p.heads) : g;
+          TensorView src_row{v.name,
+                             v.dtype,
+                             {num_cols},
+                             static_cast<const uint8_t*>(v.data) + src * src_row_bytes,
+                             src_row_bytes};
+          tensor_to_float(src_row, row.data());
+          uint8_t* dst = converted.data() + r * out_row_bytes;
+          switch (p.out) {
+            case DType::kF32:
+              std::memcpy(dst, row.data(), row.size() * 4);
+              break;
+            case DType::kF16: {
+              auto* o = reinterpret_cast<uint16_t*>(dst);
+              for (int64_t i = 0; i < num_cols; ++i)
+                o[i] = float_to_f16(row[i]);
+              break;
+            }
+            case DType::kBF16: {
+              auto* o = reinterpret_cast<uint16_t*>(dst);
+              for (int64_t i = 0; i < num_cols; ++i)
+                o[i] = float_to_bf16(row[i]);
+              break;
+            }
+            case DType::kQ8_0:
+              quantize_q8_0(row.data(), num_cols, reinterpret_cast<Q8Block*>(dst));
+              break;
+          }
         }
-        case DType::kBF16: {
-          auto* o = reinterpret_cast<uint16_t*>(converted.data());
-          for (int64_t i = 0; i < num_cols; ++i)
-            o[i] = float_to_bf16(row[i]);
-          break;
-        }
-        case DType::kQ8_0:
-          quantize_q8_0(row.data(), num_cols, reinterpret_cast<Q8Block*>(converted.data()));
-          break;
+      };
+      if (n * num_cols >= (1 << 18)) {
+        ThreadPool::default_pool().parallel_range(n, convert);
+      } else {
+        convert(0, n);
       }
-      RETURN_IF_ERROR(w.write_data(converted.data(), static_cast<int64_t>(converted.size())));
+      RETURN_IF_ERROR(w.write_data(converted.data(), n * out_row_bytes));
     }
     done_bytes += dtype_num_bytes(p.out, v.num_elements());
     if (progress)

@@ -189,7 +189,8 @@ Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenize
 
 // Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata.
 // 2-D tensors are stored as `dtype` (F32/F16/BF16/Q8_0), 1-D ones (norms, biases) as F32;
-// LLaMA Q/K rows are permuted. Reads rows on demand, so a memory-mapped source is streamed.
+// LLaMA Q/K rows are permuted. Reads rows on demand, so a memory-mapped source is streamed;
+// rows are converted on ThreadPool::default_pool() (call from one thread at a time).
 // progress (optional) is called with (bytes written, bytes total) as tensors are written.
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
                   DType dtype, std::string_view tokenizer_json, const std::string& model_name,

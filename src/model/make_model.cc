@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/thread_pool.h"
 #include "model/gguf.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
@@ -176,6 +177,7 @@ Status write_weights(const fs::path& path, const ModelConfig& config, DType dtyp
   RETURN_IF_ERROR(writer.write_header());
   Progress progress(show_progress, path.filename().string(), total_bytes);
   constexpr int64_t kChunk = 1 << 20;
+  constexpr int64_t kMinParallelValues = 1 << 18;  // below this, threads cost more than they save
   std::vector<float> values(kChunk);
   std::vector<uint16_t> halves(kChunk);
   int64_t done_bytes = 0;
@@ -185,13 +187,23 @@ Status write_weights(const fs::path& path, const ModelConfig& config, DType dtyp
       n *= d;
     for (int64_t begin = 0; begin < n; begin += kChunk) {
       const int64_t count = std::min(kChunk, n - begin);
-      generate_weights(config, s, seed, begin, count, values.data());
+      // Counter-based values: any split of the chunk over threads gives the same bytes.
+      auto fill = [&](int64_t lo, int64_t hi) {
+        generate_weights(config, s, seed, begin + lo, hi - lo, values.data() + lo);
+        if (dtype == DType::kF32)
+          return;
+        for (int64_t i = lo; i < hi; ++i) {
+          halves[i] = dtype == DType::kBF16 ? float_to_bf16(values[i]) : float_to_f16(values[i]);
+        }
+      };
+      if (count >= kMinParallelValues) {
+        ThreadPool::default_pool().parallel_range(count, fill);
+      } else {
+        fill(0, count);
+      }
       if (dtype == DType::kF32) {
         RETURN_IF_ERROR(writer.write_data(values.data(), count * 4));
       } else {
-        for (int64_t i = 0; i < count; ++i) {
-          halves[i] = dtype == DType::kBF16 ? float_to_bf16(values[i]) : float_to_f16(values[i]);
-        }
         RETURN_IF_ERROR(writer.write_data(halves.data(), count * 2));
       }
       done_bytes += dtype_num_bytes(dtype, count);

@@ -3,7 +3,8 @@
 // generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
 // model.gguf. Weights are a pure function of (seed, tensor name, element index), generated on
 // the fly and streamed to disk, so any preset fits in little memory and the same seed gives
-// byte-identical files. Single-threaded.
+// byte-identical files. make_model() generates on ThreadPool::default_pool(); call it from one
+// thread at a time.
 
 #include <cstdint>
 #include <optional>
