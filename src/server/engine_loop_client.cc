@@ -1,0 +1,106 @@
+#include "server/engine_loop_client.h"
+
+#include <span>
+
+namespace crescent::server {
+
+Result<std::unique_ptr<EngineLoopClient>> EngineLoopClient::create(engine::LoadedEngine* loaded) {
+  RETURN_IF_ERROR(engine::Engine::validate_options(loaded->engine_options, *loaded->runner));
+  auto eng = std::make_unique<engine::Engine>(loaded->engine_options, loaded->runner.get());
+  auto loop = std::make_unique<engine::EngineLoop>(std::move(eng));
+  return std::unique_ptr<EngineLoopClient>(new EngineLoopClient(loaded, std::move(loop)));
+}
+
+EngineLoopClient::EngineLoopClient(engine::LoadedEngine* loaded,
+                                   std::unique_ptr<engine::EngineLoop> loop)
+    : loaded_(loaded),
+      loop_(std::move(loop)),
+      max_model_len_(loaded->engine_options.max_model_len > 0
+                         ? loaded->engine_options.max_model_len
+                         : loaded->model->config().max_position_embeddings),
+      vocab_size_(loaded->model->config().vocab_size) {}
+
+EngineLoopClient::~EngineLoopClient() {
+  shutdown();
+}
+
+void EngineLoopClient::shutdown() {
+  loop_->shutdown();
+}
+
+Result<std::vector<int32_t>> EngineLoopClient::tokenize(std::string_view text,
+                                                        bool add_special_tokens) const {
+  return loaded_->tokenizer->encode(text, add_special_tokens);
+}
+
+std::string EngineLoopClient::token_text(int32_t token_id) const {
+  return loaded_->tokenizer->decode(std::span<const int32_t>(&token_id, 1), false);
+}
+
+Result<std::string> EngineLoopClient::render_chat(const std::vector<ChatMessage>& messages,
+                                                  bool add_generation_prompt) const {
+  if (!loaded_->chat_template) {
+    return unimplemented("the model has no chat template");
+  }
+  std::vector<model::ChatMessage> converted;
+  converted.reserve(messages.size());
+  for (const auto& m : messages) {
+    converted.push_back({m.role, m.content});
+  }
+  return loaded_->chat_template->render(converted, add_generation_prompt);
+}
+
+Status EngineLoopClient::submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                                engine::SamplingParams sampling, OutputCallback on_output) {
+  engine::EngineRequest request;
+  request.request_id = std::move(request_id);
+  request.prompt_token_ids = std::move(prompt_token_ids);
+  request.sampling = std::move(sampling);
+  return loop_->submit(std::move(request),
+                       [cb = std::move(on_output)](const engine::RequestOutput& in) {
+                         GenerationOutput out;
+                         out.new_token_ids = in.new_token_ids;
+                         out.new_text = in.new_text;
+                         out.logprobs.reserve(in.logprobs.size());
+                         for (const auto& lp : in.logprobs) {
+                           TokenLogprobs t;
+                           t.sampled = {lp.sampled.token_id, lp.sampled.logprob};
+                           for (const auto& alt : lp.top) {
+                             t.top.push_back({alt.token_id, alt.logprob});
+                           }
+                           out.logprobs.push_back(std::move(t));
+                         }
+                         out.finished = in.finished;
+                         if (in.finished) {
+                           out.finish_reason = engine::finish_reason_name(in.finish_reason);
+                         }
+                         out.stop_reason = in.stop_reason;
+                         out.stop_token_id = in.stop_token_id;
+                         out.error_message = in.error_message;
+                         out.num_prompt_tokens = in.num_prompt_tokens;
+                         out.num_output_tokens = in.num_output_tokens;
+                         out.num_cached_tokens = in.num_cached_tokens;
+                         cb(out);
+                       });
+}
+
+void EngineLoopClient::abort(const std::string& request_id) {
+  loop_->abort(request_id);
+}
+
+EngineMetrics EngineLoopClient::metrics() const {
+  engine::EngineStats s = loop_->stats();
+  EngineMetrics m;
+  m.num_running = s.num_running;
+  m.num_waiting = s.num_waiting;
+  m.num_blocks_total = s.num_blocks_total;
+  m.num_blocks_used = s.num_blocks_used;
+  m.prefix_cache_queries_tokens = s.prefix_cache_queries_tokens;
+  m.prefix_cache_hits_tokens = s.prefix_cache_hits_tokens;
+  m.num_prompt_tokens_total = s.num_prompt_tokens_total;
+  m.num_generation_tokens_total = s.num_generation_tokens_total;
+  m.num_preemptions_total = s.num_preemptions_total;
+  return m;
+}
+
+}  // namespace crescent::server

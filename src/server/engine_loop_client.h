@@ -1,0 +1,45 @@
+#pragma once
+// EngineLoopClient: the EngineClient over a real engine — an engine::EngineLoop (its own
+// thread) running an Engine built from a LoadedEngine, whose tokenizer and chat template
+// serve tokenize() and render_chat(). The LoadedEngine must outlive this object.
+// Thread-safe.
+
+#include <memory>
+
+#include "engine/engine_loop.h"
+#include "engine/loader.h"
+#include "server/engine_client.h"
+
+namespace crescent::server {
+
+class EngineLoopClient : public EngineClient {
+ public:
+  // InvalidArgument if the loaded engine's options do not fit its runner.
+  static Result<std::unique_ptr<EngineLoopClient>> create(engine::LoadedEngine* loaded);
+  ~EngineLoopClient() override;  // shutdown()
+
+  // Aborts whatever runs (each request gets its "abort" output) and stops the engine thread.
+  void shutdown();
+
+  int max_model_len() const override { return max_model_len_; }
+  int vocab_size() const override { return vocab_size_; }
+  Result<std::vector<int32_t>> tokenize(std::string_view text,
+                                        bool add_special_tokens) const override;
+  std::string token_text(int32_t token_id) const override;
+  Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) const override;
+  Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                engine::SamplingParams sampling, OutputCallback on_output) override;
+  void abort(const std::string& request_id) override;
+  EngineMetrics metrics() const override;
+
+ private:
+  EngineLoopClient(engine::LoadedEngine* loaded, std::unique_ptr<engine::EngineLoop> loop);
+
+  engine::LoadedEngine* loaded_;
+  std::unique_ptr<engine::EngineLoop> loop_;
+  int max_model_len_;
+  int vocab_size_;
+};
+
+}  // namespace crescent::server
