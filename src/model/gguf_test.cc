@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "model/make_model.h"
 #include "model/presets.h"
@@ -219,6 +220,29 @@ TEST_F(GgufTest, LlamaQkRowsArePermutedOnDisk) {
   for (const auto& t : (*gguf)->tensor_infos())
     has_rope_freqs |= t.name == "rope_freqs.weight";
   EXPECT_TRUE(has_rope_freqs);
+}
+
+TEST_F(GgufTest, ConcurrentGetsOfPermutedTensorsAgree) {
+  ModelConfig config = write_source("tiny-llama", "m.safetensors");
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(
+      write_gguf(path("m.gguf"), config, **source, DType::kBF16, kTinyTokenizer, "x").is_ok());
+  auto gguf = GgufFile::open(path("m.gguf"));
+  ASSERT_TRUE(gguf.is_ok());
+  const std::vector<std::string> names = (*gguf)->names();
+  std::vector<std::vector<const void*>> seen(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (const auto& name : names)
+        seen[t].push_back((*gguf)->get(name)->data);
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  for (int t = 1; t < 4; ++t)
+    EXPECT_EQ(seen[t], seen[0]);  // one un-permuted copy per tensor
 }
 
 TEST_F(GgufTest, TokenizerMetadata) {

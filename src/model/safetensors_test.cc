@@ -82,7 +82,9 @@ TEST_F(SafetensorsTest, RoundTripEveryDtypeBitIdentical) {
     EXPECT_EQ(v->dtype, t.view.dtype);
     EXPECT_EQ(v->shape, t.view.shape);
     ASSERT_EQ(v->num_bytes, t.view.num_bytes);
-    EXPECT_EQ(std::memcmp(v->data, t.bytes.data(), t.bytes.size()), 0) << t.view.name;
+    if (!t.bytes.empty()) {
+      EXPECT_EQ(std::memcmp(v->data, t.bytes.data(), t.bytes.size()), 0) << t.view.name;
+    }
   }
 }
 
