@@ -245,6 +245,45 @@ TEST_F(GgufTest, ConcurrentGetsOfPermutedTensorsAgree) {
     EXPECT_EQ(seen[t], seen[0]);  // one un-permuted copy per tensor
 }
 
+TEST_F(GgufTest, Llama3ScalingRecoveredFromLlamaCppRopeFreqs) {
+  // llama.cpp writes no scaling keys for llama3, only rope_freqs.weight.
+  ModelConfig truth = find_model_preset("tiny-llama")->config;
+  truth.vocab_size = 512;
+  truth.bos_token_id = 500;
+  truth.eos_token_ids = {500};
+  ModelConfig without_keys = truth;
+  without_keys.rope_scaling = {};
+  for (double factor : {32.0, 8.0}) {
+    ModelConfig table = truth;
+    table.rope_scaling.factor = factor;
+    table.rope_scaling.high_freq_factor = factor == 32.0 ? 4.0 : 2.0;
+    std::vector<float> factors = llama3_rope_freq_factors(table);
+    GgufWriter w(path("l.gguf"));
+    add_gguf_model_metadata(w, without_keys, "x");
+    ASSERT_TRUE(w.add_tensor("token_embd.weight", DType::kF32, {512, 64}).is_ok());
+    ASSERT_TRUE(
+        w.add_tensor("rope_freqs.weight", DType::kF32, {static_cast<int64_t>(factors.size())})
+            .is_ok());
+    ASSERT_TRUE(w.write_header().is_ok());
+    std::vector<float> zeros(512 * 64, 0.0f);
+    ASSERT_TRUE(w.write_data(zeros.data(), static_cast<int64_t>(zeros.size() * 4)).is_ok());
+    ASSERT_TRUE(w.write_data(factors.data(), static_cast<int64_t>(factors.size() * 4)).is_ok());
+    ASSERT_TRUE(w.finish().is_ok());
+    auto gguf = GgufFile::open(path("l.gguf"));
+    ASSERT_TRUE(gguf.is_ok());
+    Result<ModelConfig> c = (*gguf)->model_config();
+    if (factor == 32.0) {
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      EXPECT_EQ(c->rope_scaling, truth.rope_scaling);
+      EXPECT_TRUE(c->tie_word_embeddings);
+    } else {
+      // high_freq_factor 2 is not Llama 3.1/3.2's: refused rather than guessed.
+      ASSERT_FALSE(c.is_ok());
+      EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+    }
+  }
+}
+
 TEST_F(GgufTest, TokenizerMetadata) {
   ModelConfig config = write_source("tiny", "m.safetensors");
   auto source = SafetensorsFile::open(path("m.safetensors"));
