@@ -22,7 +22,7 @@ class CheckFailure {
 
 // Lets `cond ? (void)0 : Voidify() & CheckFailure(...) << ...` type-check.
 struct Voidify {
-  void operator&(CheckFailure&) {}
+  void operator&(const CheckFailure&) {}
 };
 
 }  // namespace crescent::internal

@@ -46,14 +46,6 @@ void convert_to_floats(DType dtype, const void* data, int64_t num_elements, floa
   }
 }
 
-int64_t num_elements(const TensorView& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) {
-    n *= d;
-  }
-  return n;
-}
-
 Result<std::vector<float>> load_vector(const TensorSource& src, const std::string& name,
                                        int64_t size) {
   ASSIGN_OR_RETURN(TensorView t, require_tensor(src, name, {size}));

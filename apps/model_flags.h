@@ -1,0 +1,29 @@
+#pragma once
+// The flags every command that runs a model shares (--model, --threads, KV cache size, ...),
+// and the load that turns them into an engine::LoadedEngine.
+
+#include <memory>
+#include <string>
+
+#include "apps/flags.h"
+#include "engine/loader.h"
+
+namespace crescent::apps {
+
+struct ModelFlags {
+  std::string model;
+  int threads = 0;  // 0: all cores
+  std::string weights = "auto";
+  int64_t kv_cache_mb = 1024;
+  int block_size = 16;
+  int max_model_len = 0;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+
+  void add_to(FlagParser& flags);
+  // Sizes the default thread pool and loads the model.
+  Result<std::unique_ptr<engine::LoadedEngine>> load() const;
+};
+
+}  // namespace crescent::apps
