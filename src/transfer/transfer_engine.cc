@@ -1025,6 +1025,9 @@ class Server {
     if (is_write) {
       if (target.is_ok()) {
         Status got = net::read_exact(fd, *target, length, d);
+        // Pairs with the acquire in serve_notify(): bytes written here happen-before a later
+        // notification's callback (what a race checker needs to see the protocol's order).
+        data_epoch_.fetch_add(1, std::memory_order_release);
         regions_->unpin(region);
         RETURN_IF_ERROR(got);
       } else {
@@ -1139,6 +1142,7 @@ class Server {
       return resource_exhausted("notification too large");
     std::string msg(h.payload_bytes, '\0');
     RETURN_IF_ERROR(net::read_exact(fd, msg.data(), msg.size(), io_deadline(io_timeout_)));
+    data_epoch_.load(std::memory_order_acquire);
     if (on_notification_)
       on_notification_(peer, std::move(msg));
     return Status::ok();
@@ -1154,6 +1158,7 @@ class Server {
   Fd wake_fd_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
   std::thread accept_thread_;
   std::atomic<bool> is_stopping_{false};
+  std::atomic<uint64_t> data_epoch_{0};
   std::mutex mu_;
   std::list<Conn> conns_;
 };
@@ -1588,6 +1593,10 @@ TransportCapabilities capabilities(TransportKind kind) {
       break;
   }
   return c;
+}
+
+bool is_transport_available(TransportKind kind) {
+  return kind != TransportKind::kUcx || CRESCENT_HAVE_UCX;
 }
 
 Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EngineOptions options) {

@@ -18,6 +18,9 @@
 // Thread-safety: every public method may be called from any thread concurrently. The
 // notification callback runs on an engine thread, one thread per connected peer, so calls for
 // one peer are sequential and in send order; calls for different peers may run concurrently.
+// Bytes that a peer's completed WRITEs put into this engine's regions are visible to the
+// callback of a notification that the peer sends afterwards (the disaggregation pattern:
+// WRITE the blocks, wait, then notify).
 
 #include <chrono>
 #include <cstdint>
@@ -50,6 +53,8 @@ struct TransportCapabilities {
   bool uses_multiple_connections = false;
 };
 TransportCapabilities capabilities(TransportKind kind);
+// Whether this build can create engines of `kind` (ucx is left out of TSan builds).
+bool is_transport_available(TransportKind kind);
 
 using RegionId = StrongId<struct RegionTag>;
 using PeerId = StrongId<struct PeerTag>;

@@ -17,6 +17,8 @@ namespace {
 class EngineTest : public ::testing::TestWithParam<TransportKind> {
  protected:
   void SetUp() override {
+    if (!is_transport_available(GetParam()))
+      GTEST_SKIP() << "transport not in this build";
     EngineOptions t;
     t.transport = GetParam();
     t.name = "target";

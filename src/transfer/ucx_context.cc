@@ -1,15 +1,20 @@
 #include "transfer/ucx_context.h"
 
+#if CRESCENT_HAVE_UCX
+#include <ucp/api/ucp.h>
+#endif
+
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
-#include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 #include <vector>
+
+#if CRESCENT_HAVE_UCX
 
 namespace crescent::transfer {
 
@@ -265,3 +270,45 @@ Status UcxEndpoint::run(std::span<const UcxOp> ops, Deadline deadline) {
 }
 
 }  // namespace crescent::transfer
+#else  // !CRESCENT_HAVE_UCX
+
+// Built without UCX (ThreadSanitizer builds: UCX's libucm patches mmap/madvise at load time
+// and crashes TSan at the first pthread_create). The ucx transport reports itself unavailable.
+namespace crescent::transfer {
+
+namespace {
+Status no_ucx() {
+  return unimplemented("this build has no UCX (CRESCENT_WITH_UCX=OFF, e.g. a TSan build)");
+}
+}  // namespace
+
+struct UcxContext::Thread {};
+struct UcxEndpoint::State {};
+
+Result<std::unique_ptr<UcxContext>> UcxContext::create(const std::string&) {
+  return no_ucx();
+}
+UcxContext::~UcxContext() = default;
+void UcxContext::progress_loop() {}
+Result<UcxMapping> UcxContext::map(void*, uint64_t) {
+  return no_ucx();
+}
+void UcxContext::unmap(void*) {}
+Result<std::unique_ptr<UcxEndpoint>> UcxContext::connect(const std::string&) {
+  return no_ucx();
+}
+UcxEndpoint::~UcxEndpoint() = default;
+Result<void*> UcxEndpoint::unpack_rkey(const std::string&) {
+  return no_ucx();
+}
+void UcxEndpoint::destroy_rkey(void*) {}
+Status UcxEndpoint::run(std::span<const UcxOp>, Deadline) {
+  return no_ucx();
+}
+bool UcxEndpoint::is_failed() const {
+  return true;
+}
+
+}  // namespace crescent::transfer
+
+#endif  // CRESCENT_HAVE_UCX

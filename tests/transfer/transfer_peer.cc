@@ -1,7 +1,7 @@
 // transfer_peer: the other process of the transfer engine's multi-process tests. It serves a
 // segment of two regions filled with a seeded pattern, prints "DESC <descriptor>" and then
-// answers commands on stdin, one per line:
-//   sum OFFSET LENGTH   -> "sum <fnv1a-64 hex>" of the shared buffer's bytes
+// answers commands on stdin, one per line (and checksum requests sent as notifications):
+//   notification "sum OFFSET LENGTH" -> prints "sum <fnv1a-64 hex>" of the buffer's bytes
 //   unregister ID       -> "ok" or "error <status>"
 //   notes               -> "notes <count> <1 if every peer's notifications came in order>"
 //   quit                -> exits
@@ -41,8 +41,20 @@ int main(int argc, char** argv) {
   std::map<std::string, int64_t> next_seq;  // per initiator name
   int64_t num_notes = 0;
   bool in_order = true;
+  uint8_t* data = nullptr;
   o.on_notification = [&](const std::string& peer, std::string msg) {
     std::lock_guard<std::mutex> lock(mu);
+    if (msg.rfind("sum ", 0) == 0) {
+      // Checksums are taken on the notification path: the engine orders a peer's completed
+      // WRITEs before its later notifications, so this reads what the peer wrote.
+      std::istringstream in(msg.substr(4));
+      uint64_t off = 0;
+      uint64_t len = 0;
+      in >> off >> len;
+      std::printf("sum %016" PRIx64 "\n", testutil::fnv1a(data + off, len));
+      std::fflush(stdout);
+      return;
+    }
     ++num_notes;
     int64_t seq = std::stoll(msg);
     if (seq != next_seq[peer])
@@ -57,6 +69,10 @@ int main(int argc, char** argv) {
   uint64_t bytes = std::stoull(flags["--bytes"]);
   SharedBuffer buf = allocate_shared(bytes).value();
   testutil::fill_pattern(buf.data(), bytes, std::stoull(flags["--seed"]));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    data = buf.data();
+  }
   (*engine)->register_region(buf.data(), bytes / 2).value();
   (*engine)->register_region(buf.data() + bytes / 2, bytes - bytes / 2).value();
   std::printf("DESC %s\n", (*engine)->local_segment().serialize().c_str());
@@ -67,12 +83,7 @@ int main(int argc, char** argv) {
     std::istringstream in(line);
     std::string cmd;
     in >> cmd;
-    if (cmd == "sum") {
-      uint64_t off = 0;
-      uint64_t len = 0;
-      in >> off >> len;
-      std::printf("sum %016" PRIx64 "\n", testutil::fnv1a(buf.data() + off, len));
-    } else if (cmd == "unregister") {
+    if (cmd == "unregister") {
       int64_t id = 0;
       in >> id;
       Status s = (*engine)->unregister_region(RegionId(id), Deadline::after_ms(5000));
