@@ -67,4 +67,28 @@ double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
   return best;
 }
 
+double measure_read_gbps(ThreadPool& pool, int64_t num_bytes) {
+  const int64_t num_words = num_bytes / 8;
+  std::vector<uint64_t> buf(num_words, 1);
+  const int n = pool.num_threads();
+  std::vector<uint64_t> sinks(n * 8);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    pool.parallel_for(n, [&](int c) {
+      const int64_t begin = num_words * c / n / 8 * 8;
+      const int64_t end = num_words * (c + 1) / n / 8 * 8;
+      uint64_t acc[8] = {};
+      for (int64_t i = begin; i < end; i += 8) {
+        for (int j = 0; j < 8; ++j)
+          acc[j] ^= buf[i + j];
+      }
+      for (int j = 0; j < 8; ++j)
+        sinks[c * 8 + j] = acc[j];
+    });
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return static_cast<double>(num_words * 8) / best / 1e9;
+}
+
 }  // namespace crescent::kernels

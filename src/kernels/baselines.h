@@ -14,6 +14,10 @@ namespace crescent::kernels {
 // best of several repetitions; GB/s counting bytes read (= bytes copied).
 double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20);
 
+// A stricter bandwidth reference than memcpy: every thread only reads its part of a large
+// buffer (no stores, so no write-allocate traffic). GB/s of bytes read, best of 5.
+double measure_read_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20);
+
 // Register-only multiply-add loop on every pool thread: vdpbf16ps for kBF16 where the CPU has
 // AVX512-BF16, otherwise FP32 FMA at the widest width the CPU has. 2 flops per multiply-add.
 double measure_peak_gflops(ThreadPool& pool, WeightFormat format);
