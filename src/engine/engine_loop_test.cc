@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -88,8 +89,30 @@ bool wait_for(const std::function<bool()>& done) {
   return true;
 }
 
+// Holds every execute() until opened, so that requests meant to be aborted cannot finish
+// (by reaching max_model_len) before the test has checked duplicates and aborted them.
+class GatedRunner : public ModelRunner {
+ public:
+  explicit GatedRunner(ModelRunner& inner) : inner_(inner) {}
+  void open() { open_.store(true); }
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  int32_t num_kv_blocks() const override { return inner_.num_kv_blocks(); }
+  int32_t block_size() const override { return inner_.block_size(); }
+  Status execute(std::span<const RunnerSeq> batch, std::vector<float>& logits) override {
+    while (!open_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return inner_.execute(batch, logits);
+  }
+
+ private:
+  ModelRunner& inner_;
+  std::atomic<bool> open_{false};
+};
+
 TEST(EngineLoopTest, ConcurrentSubmitsAndAbortsFromManyThreads) {
-  FakeModelRunner runner(kVocab, 64, 4);
+  FakeModelRunner fake(kVocab, 64, 4);
+  GatedRunner runner(fake);
   EngineOptions o = fake_options();
   o.max_num_seqs = 6;
   EngineLoop loop(std::make_unique<Engine>(o, &runner));
@@ -118,6 +141,7 @@ TEST(EngineLoopTest, ConcurrentSubmitsAndAbortsFromManyThreads) {
   for (std::thread& t : threads) {
     t.join();
   }
+  runner.open();
   ASSERT_TRUE(wait_for([&] { return recorder.num_finished() == kThreads * kPerThread; }));
   int num_aborted = 0;
   for (const auto& [id, s] : recorder.states()) {
