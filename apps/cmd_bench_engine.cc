@@ -56,7 +56,8 @@ Result<DecodeFigures> measure_decode(engine::Engine& eng, std::mt19937& rng, int
   while (num_with_first_token < batch) {
     ASSIGN_OR_RETURN(auto outs, eng.step());
     for (const auto& o : outs) {
-      if (o.num_output_tokens == 1 && !o.new_token_ids.empty()) ++num_with_first_token;
+      if (o.num_output_tokens == 1 && !o.new_token_ids.empty())
+        ++num_with_first_token;
     }
   }
   auto start = SteadyClock::now();
@@ -78,18 +79,20 @@ int run_bench_engine(const std::vector<std::string>& args) {
   int decode_steps = 32;
   int big_batch = 16;
   int reps = 3;
-  FlagParser flags("crescent bench engine --model DIR|FILE [--threads N] [flags]",
-                   "Measures prefill tokens/s (one prompt), decode tokens/s at batch 1 and at a larger\n"
-                   "batch, and compares them with baselines measured in the same run: batch-1 decode\n"
-                   "streams every weight once per token, so its weight bytes/s are compared with a\n"
-                   "memcpy on the same threads; prefill is compared with the peak multiply-add rate of a\n"
-                   "register-only microkernel (BF16 where the CPU has it, else FP32).");
+  FlagParser flags(
+      "crescent bench engine --model DIR|FILE [--threads N] [flags]",
+      "Measures prefill tokens/s (one prompt), decode tokens/s at batch 1 and at a larger\n"
+      "batch, and compares them with baselines measured in the same run: batch-1 decode\n"
+      "streams every weight once per token, so its weight bytes/s are compared with a\n"
+      "memcpy on the same threads; prefill is compared with the peak multiply-add rate of a\n"
+      "register-only microkernel (BF16 where the CPU has it, else FP32).");
   model_flags.add_to(flags);
   flags.add("prompt-len", &prompt_len, "prompt tokens for the prefill measurement");
   flags.add("decode-steps", &decode_steps, "decode steps timed per measurement");
   flags.add("batch", &big_batch, "the larger decode batch");
   flags.add("reps", &reps, "repetitions; the best is reported");
-  if (int code = flags.parse_or_exit_code(args); code >= 0) return code;
+  if (int code = flags.parse_or_exit_code(args); code >= 0)
+    return code;
   model_flags.enable_prefix_caching = false;  // every repetition must really compute
 
   auto loaded_or = model_flags.load();
@@ -132,13 +135,16 @@ int run_bench_engine(const std::vector<std::string>& args) {
         return 1;
       }
     }
-    if (r > 0) best_prefill_s = std::min(best_prefill_s, seconds_since(start));  // r == 0 warms up
+    if (r > 0)
+      best_prefill_s = std::min(best_prefill_s, seconds_since(start));  // r == 0 warms up
   }
   // Multiply-adds of the matrices per token (2 flops each) plus causal attention.
-  const double matmul_flops_per_token = 2.0 * static_cast<double>(loaded.model->num_weight_params());
+  const double matmul_flops_per_token =
+      2.0 * static_cast<double>(loaded.model->num_weight_params());
   const double attn_flops = 2.0 * 2.0 * cfg.num_hidden_layers * cfg.num_attention_heads *
                             cfg.head_dim * (static_cast<double>(prompt_len) * (prompt_len + 1) / 2);
-  const double prefill_gflops = (matmul_flops_per_token * prompt_len + attn_flops) / best_prefill_s / 1e9;
+  const double prefill_gflops =
+      (matmul_flops_per_token * prompt_len + attn_flops) / best_prefill_s / 1e9;
   const kernels::WeightFormat peak_format =
       loaded.model->weight_format() == kernels::WeightFormat::kF32 ? kernels::WeightFormat::kF32
                                                                    : kernels::WeightFormat::kBF16;
@@ -149,31 +155,40 @@ int run_bench_engine(const std::vector<std::string>& args) {
     auto d1 = measure_decode(eng, rng, vocab, 1, 128, decode_steps, &ids);
     auto dn = measure_decode(eng, rng, vocab, big_batch, 128, decode_steps, &ids);
     if (!d1.is_ok() || !dn.is_ok()) {
-      std::fprintf(stderr, "error: %s\n", (d1.is_ok() ? dn.status() : d1.status()).to_string().c_str());
+      std::fprintf(stderr, "error: %s\n",
+                   (d1.is_ok() ? dn.status() : d1.status()).to_string().c_str());
       return 1;
     }
-    if (d1->tokens_per_s > best1.tokens_per_s) best1 = *d1;
-    if (dn->tokens_per_s > best_n.tokens_per_s) best_n = *dn;
+    if (d1->tokens_per_s > best1.tokens_per_s)
+      best1 = *d1;
+    if (dn->tokens_per_s > best_n.tokens_per_s)
+      best_n = *dn;
   }
   const double memcpy_gbps = kernels::measure_memcpy_gbps(pool);
   const double read_gbps = kernels::measure_read_gbps(pool);
-  const double weight_gbps = static_cast<double>(loaded.model->num_weight_bytes()) * best1.tokens_per_s / 1e9;
+  const double weight_gbps =
+      static_cast<double>(loaded.model->num_weight_bytes()) * best1.tokens_per_s / 1e9;
 
   std::printf("prefill      %6d-token prompt: %8.1f tokens/s  (%.1f ms)\n", prompt_len,
               prompt_len / best_prefill_s, best_prefill_s * 1000);
-  std::printf("decode       batch 1:  %8.1f tokens/s  (%.2f ms/step)\n", best1.tokens_per_s, best1.step_ms);
+  std::printf("decode       batch 1:  %8.1f tokens/s  (%.2f ms/step)\n", best1.tokens_per_s,
+              best1.step_ms);
   std::printf("decode       batch %d: %8.1f tokens/s  (%.2f ms/step)\n", big_batch,
               best_n.tokens_per_s, best_n.step_ms);
-  std::printf("baseline     memcpy %.1f GB/s (bytes copied), read-only stream %.1f GB/s; peak %s "
-              "multiply-add %.1f GFLOP/s (same run)\n",
-              memcpy_gbps, read_gbps, peak_format == kernels::WeightFormat::kBF16 ? "BF16" : "FP32",
-              peak_gflops);
-  std::printf("ratio        batch-1 decode weight stream %.1f GB/s = %.2f of memcpy   (target >= 0.80)\n",
-              weight_gbps, weight_gbps / memcpy_gbps);
-  std::printf("ratio        batch-1 decode weight stream = %.2f of the read-only stream (stricter)\n",
-              weight_gbps / read_gbps);
-  std::printf("ratio        prefill %.1f GFLOP/s = %.2f of peak multiply-add          (target >= 0.50)\n",
-              prefill_gflops, prefill_gflops / peak_gflops);
+  std::printf(
+      "baseline     memcpy %.1f GB/s (bytes copied), read-only stream %.1f GB/s; peak %s "
+      "multiply-add %.1f GFLOP/s (same run)\n",
+      memcpy_gbps, read_gbps, peak_format == kernels::WeightFormat::kBF16 ? "BF16" : "FP32",
+      peak_gflops);
+  std::printf(
+      "ratio        batch-1 decode weight stream %.1f GB/s = %.2f of memcpy   (target >= 0.80)\n",
+      weight_gbps, weight_gbps / memcpy_gbps);
+  std::printf(
+      "ratio        batch-1 decode weight stream = %.2f of the read-only stream (stricter)\n",
+      weight_gbps / read_gbps);
+  std::printf(
+      "ratio        prefill %.1f GFLOP/s = %.2f of peak multiply-add          (target >= 0.50)\n",
+      prefill_gflops, prefill_gflops / peak_gflops);
   return 0;
 }
 

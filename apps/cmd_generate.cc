@@ -29,8 +29,9 @@ int run_generate(const std::vector<std::string>& args) {
   bool ignore_eos = false;
   std::vector<std::string> stop;
 
-  FlagParser flags("crescent generate --model DIR|FILE --prompt TEXT [flags]",
-                   "Generates text offline from one prompt and streams it to stdout; timing to stderr.");
+  FlagParser flags(
+      "crescent generate --model DIR|FILE --prompt TEXT [flags]",
+      "Generates text offline from one prompt and streams it to stdout; timing to stderr.");
   model_flags.add_to(flags);
   flags.add("prompt", &prompt, "the prompt text");
   flags.add("chat", &chat, "wrap the prompt as a user message with the model's chat template");
@@ -45,14 +46,17 @@ int run_generate(const std::vector<std::string>& args) {
   flags.add("ignore-eos", &ignore_eos, "keep generating after an end-of-sequence token");
   flags.add_repeated("stop", &stop, "stop when this string is generated (repeatable)");
   flags.require("prompt");
-  if (int code = flags.parse_or_exit_code(args); code >= 0) return code;
+  if (int code = flags.parse_or_exit_code(args); code >= 0)
+    return code;
 
   sampling.temperature = static_cast<float>(temperature);
   sampling.top_p = static_cast<float>(top_p);
   sampling.top_k = top_k;
   sampling.min_p = static_cast<float>(min_p);
-  if (seed >= 0) sampling.seed = static_cast<uint64_t>(seed);
-  if (logprobs >= 0) sampling.logprobs = logprobs;
+  if (seed >= 0)
+    sampling.seed = static_cast<uint64_t>(seed);
+  if (logprobs >= 0)
+    sampling.logprobs = logprobs;
   sampling.ignore_eos = ignore_eos;
   sampling.stop = stop;
 
@@ -70,7 +74,8 @@ int run_generate(const std::vector<std::string>& args) {
       return 1;
     }
     std::vector<model::ChatMessage> messages;
-    if (!system_prompt.empty()) messages.push_back({"system", system_prompt});
+    if (!system_prompt.empty())
+      messages.push_back({"system", system_prompt});
     messages.push_back({"user", prompt});
     auto rendered = loaded.chat_template->render(messages, /*add_generation_prompt=*/true);
     if (!rendered.is_ok()) {
@@ -107,13 +112,16 @@ int run_generate(const std::vector<std::string>& args) {
     }
     for (const auto& out : *outputs) {
       if (ttft_ms < 0 && !out.new_token_ids.empty()) {
-        ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        ttft_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
       }
       std::fwrite(out.new_text.data(), 1, out.new_text.size(), stdout);
       std::fflush(stdout);
       if (logprobs >= 0) {
         for (const auto& lp : out.logprobs) {
-          std::fprintf(stderr, "[token %d logprob %.4f; top:", lp.sampled.token_id, lp.sampled.logprob);
+          std::fprintf(stderr, "[token %d logprob %.4f; top:", lp.sampled.token_id,
+                       lp.sampled.logprob);
           for (const auto& alt : lp.top) {
             std::fprintf(stderr, " %d:%.4f", alt.token_id, alt.logprob);
           }
@@ -122,18 +130,20 @@ int run_generate(const std::vector<std::string>& args) {
       }
       num_prompt_tokens = out.num_prompt_tokens;
       num_output_tokens = out.num_output_tokens;
-      if (out.finished) finish = out.finish_reason;
+      if (out.finished)
+        finish = out.finish_reason;
     }
   }
   double total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  double decode_tps = num_output_tokens > 1 ? (num_output_tokens - 1) / ((total_ms - ttft_ms) / 1000.0) : 0;
+  double decode_tps =
+      num_output_tokens > 1 ? (num_output_tokens - 1) / ((total_ms - ttft_ms) / 1000.0) : 0;
   std::printf("\n");
   std::fprintf(stderr,
                "[%d prompt tokens, %d generated, finish=%s, time to first token %.1f ms, "
                "decode %.1f tokens/s]\n",
-               num_prompt_tokens, num_output_tokens, engine::finish_reason_name(finish),
-               ttft_ms, decode_tps);
+               num_prompt_tokens, num_output_tokens, engine::finish_reason_name(finish), ttft_ms,
+               decode_tps);
   return 0;
 }
 

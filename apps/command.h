@@ -19,8 +19,7 @@ const std::vector<Command>& registered_commands();
 
 }  // namespace crescent::apps
 
-#define CRESCENT_REGISTER_COMMAND(ident, name, summary, fn)          \
-  namespace {                                                      \
-  const bool ident##_registered =                                  \
-      ::crescent::apps::register_command({name, summary, fn});     \
+#define CRESCENT_REGISTER_COMMAND(ident, name, summary, fn)                                \
+  namespace {                                                                              \
+  const bool ident##_registered = ::crescent::apps::register_command({name, summary, fn}); \
   }

@@ -34,7 +34,9 @@ bool register_command(Command command) {
   return true;
 }
 
-const std::vector<Command>& registered_commands() { return commands(); }
+const std::vector<Command>& registered_commands() {
+  return commands();
+}
 
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -44,7 +46,8 @@ int dispatch(int argc, char** argv) {
   }
   // Two-word commands ("bench engine") take precedence over one-word ones.
   for (size_t words = 2; words >= 1; --words) {
-    if (args.size() < words) continue;
+    if (args.size() < words)
+      continue;
     std::string name = args[0];
     for (size_t i = 1; i < words; ++i) {
       name += " " + args[i];
@@ -62,4 +65,6 @@ int dispatch(int argc, char** argv) {
 
 }  // namespace crescent::apps
 
-int main(int argc, char** argv) { return crescent::apps::dispatch(argc, argv); }
+int main(int argc, char** argv) {
+  return crescent::apps::dispatch(argc, argv);
+}

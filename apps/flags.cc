@@ -36,7 +36,9 @@ void FlagParser::add_repeated(const std::string& name, std::vector<std::string>*
   flags_[name] = {Kind::kRepeated, target, help, ""};
   order_.push_back(name);
 }
-void FlagParser::require(const std::string& name) { flags_.at(name).required = true; }
+void FlagParser::require(const std::string& name) {
+  flags_.at(name).required = true;
+}
 
 bool FlagParser::was_set(const std::string& name) const {
   auto it = flags_.find(name);
@@ -59,9 +61,11 @@ Status FlagParser::assign(const std::string& name, Flag& flag, const std::string
     case Kind::kInt: {
       int64_t v = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-      if (ec != std::errc() || ptr != value.data() + value.size()) return bad("an integer");
+      if (ec != std::errc() || ptr != value.data() + value.size())
+        return bad("an integer");
       if (flag.kind == Kind::kInt) {
-        if (v < INT32_MIN || v > INT32_MAX) return bad("a 32-bit integer");
+        if (v < INT32_MIN || v > INT32_MAX)
+          return bad("a 32-bit integer");
         *static_cast<int*>(flag.target) = static_cast<int>(v);
       } else {
         *static_cast<int64_t*>(flag.target) = v;
@@ -71,7 +75,8 @@ Status FlagParser::assign(const std::string& name, Flag& flag, const std::string
     case Kind::kDouble: {
       char* end = nullptr;
       double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size()) return bad("a number");
+      if (value.empty() || end != value.c_str() + value.size())
+        return bad("a number");
       *static_cast<double*>(flag.target) = v;
       return Status::ok();
     }
@@ -126,13 +131,15 @@ Status FlagParser::parse(const std::vector<std::string>& args) {
         *static_cast<bool*>(flag.target) = true;
         continue;
       }
-      if (i + 1 >= args.size()) return invalid_argument("--" + name + " needs a value");
+      if (i + 1 >= args.size())
+        return invalid_argument("--" + name + " needs a value");
       value = args[++i];
     }
     RETURN_IF_ERROR(assign(name, flag, value));
   }
   for (const auto& [name, flag] : flags_) {
-    if (flag.required && !flag.set) return invalid_argument("--" + name + " is required");
+    if (flag.required && !flag.set)
+      return invalid_argument("--" + name + " is required");
   }
   return Status::ok();
 }
@@ -143,7 +150,8 @@ std::string FlagParser::help_text() const {
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
     os << "  --" << name;
-    if (f.kind != Kind::kBool) os << " VALUE";
+    if (f.kind != Kind::kBool)
+      os << " VALUE";
     os << "\n      " << f.help;
     if (f.required) {
       os << " (required)";

@@ -7,18 +7,23 @@ namespace crescent::apps {
 void ModelFlags::add_to(FlagParser& flags) {
   flags.add("model", &model, "model: an HF directory (config.json + safetensors) or a .gguf file");
   flags.add("threads", &threads, "compute threads; 0 uses every core");
-  flags.add("weights", &weights, "matrix format in memory: auto (Q8_0 files stay Q8_0, else BF16), f32, bf16, q8_0");
+  flags.add("weights", &weights,
+            "matrix format in memory: auto (Q8_0 files stay Q8_0, else BF16), f32, bf16, q8_0");
   flags.add("kv-cache-mb", &kv_cache_mb, "memory for the paged KV cache, in MiB");
   flags.add("block-size", &block_size, "tokens per KV cache block");
-  flags.add("max-model-len", &max_model_len, "longest prompt + output in tokens; 0: the model's limit");
+  flags.add("max-model-len", &max_model_len,
+            "longest prompt + output in tokens; 0: the model's limit");
   flags.add("max-num-seqs", &max_num_seqs, "most sequences decoded at once");
-  flags.add("max-num-batched-tokens", &max_num_batched_tokens, "token budget of one engine step (prefill chunks + decodes)");
-  flags.add("enable-prefix-caching", &enable_prefix_caching, "reuse KV blocks of shared prompt prefixes (--no-enable-prefix-caching to turn off)");
+  flags.add("max-num-batched-tokens", &max_num_batched_tokens,
+            "token budget of one engine step (prefill chunks + decodes)");
+  flags.add("enable-prefix-caching", &enable_prefix_caching,
+            "reuse KV blocks of shared prompt prefixes (--no-enable-prefix-caching to turn off)");
   flags.require("model");
 }
 
 Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load() const {
-  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int n =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool::set_default_threads(n);
   engine::LoadOptions options;
   options.model_path = model;
@@ -33,7 +38,8 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load() const {
   } else {
     return invalid_argument("--weights must be auto, f32, bf16 or q8_0, got '" + weights + "'");
   }
-  if (kv_cache_mb <= 0) return invalid_argument("--kv-cache-mb must be positive");
+  if (kv_cache_mb <= 0)
+    return invalid_argument("--kv-cache-mb must be positive");
   options.kv_cache.block_size = block_size;
   options.kv_cache.kv_cache_bytes = kv_cache_mb << 20;
   options.max_model_len = max_model_len;

@@ -6,10 +6,14 @@ namespace crescent {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kQ8_0: return "Q8_0";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kQ8_0:
+      return "Q8_0";
   }
   return "?";
 }
@@ -42,9 +46,11 @@ uint16_t float_to_f16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   uint32_t sign = (u >> 16) & 0x8000;
   uint32_t abs = u & 0x7fffffff;
-  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
-  if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
-  if (abs < 0x38800000) {  // subnormal or zero in f16
+  if (abs > 0x7f800000)
+    return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (abs >= 0x477ff000)
+    return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
+  if (abs < 0x38800000) {                         // subnormal or zero in f16
     float a = std::bit_cast<float>(abs);
     // 2^-24 is the f16 subnormal unit; nearbyint rounds half to even.
     auto m = static_cast<uint32_t>(std::nearbyint(a * 16777216.0f));

@@ -24,20 +24,26 @@ std::string_view dtype_name(DType dtype);
 // Bytes taken by num_elements values (num_elements must be a multiple of 32 for Q8_0).
 constexpr int64_t dtype_num_bytes(DType dtype, int64_t num_elements) {
   switch (dtype) {
-    case DType::kF32: return num_elements * 4;
+    case DType::kF32:
+      return num_elements * 4;
     case DType::kF16:
-    case DType::kBF16: return num_elements * 2;
-    case DType::kQ8_0: return num_elements / kQ8BlockSize * static_cast<int64_t>(sizeof(Q8Block));
+    case DType::kBF16:
+      return num_elements * 2;
+    case DType::kQ8_0:
+      return num_elements / kQ8BlockSize * static_cast<int64_t>(sizeof(Q8Block));
   }
   return 0;
 }
 
-inline float bf16_to_float(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+inline float bf16_to_float(uint16_t v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+}
 
 // Round to nearest even; NaN stays NaN.
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 0x40);
+  if ((u & 0x7fffffff) > 0x7f800000)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fff + ((u >> 16) & 1);
   return static_cast<uint16_t>(u >> 16);
 }

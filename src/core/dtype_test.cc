@@ -19,7 +19,8 @@ TEST(DTypeTest, Bf16RoundTripsAndRoundsToNearestEven) {
 TEST(DTypeTest, F16RoundTripsEveryFiniteValue) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     uint32_t exp = (h >> 10) & 0x1f;
-    if (exp == 31) continue;  // inf/nan
+    if (exp == 31)
+      continue;  // inf/nan
     float f = f16_to_float(static_cast<uint16_t>(h));
     ASSERT_EQ(float_to_f16(f), h) << std::hex << h << " " << f;
   }

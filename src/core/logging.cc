@@ -16,7 +16,8 @@ LogLevel initial_level() {
   const char* env = std::getenv("CRESCENT_LOG_LEVEL");
   if (env != nullptr) {
     auto parsed = parse_log_level(env);
-    if (parsed.is_ok()) return *parsed;
+    if (parsed.is_ok())
+      return *parsed;
   }
   return LogLevel::kInfo;
 }
@@ -28,26 +29,40 @@ std::atomic<LogLevel>& level_storage() {
 
 const char* level_letter(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "D";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kWarn: return "W";
-    case LogLevel::kError: return "E";
-    case LogLevel::kOff: return "-";
+    case LogLevel::kDebug:
+      return "D";
+    case LogLevel::kInfo:
+      return "I";
+    case LogLevel::kWarn:
+      return "W";
+    case LogLevel::kError:
+      return "E";
+    case LogLevel::kOff:
+      return "-";
   }
   return "?";
 }
 
 }  // namespace
 
-void set_log_level(LogLevel level) { level_storage().store(level); }
-LogLevel log_level() { return level_storage().load(std::memory_order_relaxed); }
+void set_log_level(LogLevel level) {
+  level_storage().store(level);
+}
+LogLevel log_level() {
+  return level_storage().load(std::memory_order_relaxed);
+}
 
 Result<LogLevel> parse_log_level(std::string_view name) {
-  if (name == "debug") return LogLevel::kDebug;
-  if (name == "info") return LogLevel::kInfo;
-  if (name == "warn" || name == "warning") return LogLevel::kWarn;
-  if (name == "error") return LogLevel::kError;
-  if (name == "off") return LogLevel::kOff;
+  if (name == "debug")
+    return LogLevel::kDebug;
+  if (name == "info")
+    return LogLevel::kInfo;
+  if (name == "warn" || name == "warning")
+    return LogLevel::kWarn;
+  if (name == "error")
+    return LogLevel::kError;
+  if (name == "off")
+    return LogLevel::kOff;
   return invalid_argument("unknown log level '" + std::string(name) +
                           "' (expected debug, info, warn, error or off)");
 }

@@ -35,7 +35,7 @@ class LogMessage {
 
 }  // namespace crescent
 
-#define CRESCENT_LOG(level)                                                        \
-  if (::crescent::LogLevel::level < ::crescent::log_level()) {                      \
-  } else                                                                            \
+#define CRESCENT_LOG(level)                                    \
+  if (::crescent::LogLevel::level < ::crescent::log_level()) { \
+  } else                                                       \
     ::crescent::internal::LogMessage(::crescent::LogLevel::level, __FILE__, __LINE__)

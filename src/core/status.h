@@ -15,19 +15,19 @@ namespace crescent {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller's input is wrong (bad flag, bad JSON, bad shape)
-  kNotFound,          // a named thing does not exist (file, tensor, peer, request)
-  kAlreadyExists,     // a conflicting registration
-  kOutOfRange,        // an offset/length/position outside what is allowed
-  kResourceExhausted, // no memory, no blocks, too large
-  kFailedPrecondition,// right input, wrong state (not loaded yet, closed)
-  kUnavailable,       // a peer or service that may come back (connection refused, 503)
-  kDeadlineExceeded,  // a wait ran past its deadline
-  kCancelled,         // the caller or a peer gave up
-  kPermissionDenied,  // wrong token / secret
-  kDataLoss,          // truncated or corrupt file or frame
-  kUnimplemented,     // valid but unsupported (architecture, dtype, template)
-  kInternal,          // a failure of a dependency we cannot classify better
+  kInvalidArgument,     // the caller's input is wrong (bad flag, bad JSON, bad shape)
+  kNotFound,            // a named thing does not exist (file, tensor, peer, request)
+  kAlreadyExists,       // a conflicting registration
+  kOutOfRange,          // an offset/length/position outside what is allowed
+  kResourceExhausted,   // no memory, no blocks, too large
+  kFailedPrecondition,  // right input, wrong state (not loaded yet, closed)
+  kUnavailable,         // a peer or service that may come back (connection refused, 503)
+  kDeadlineExceeded,    // a wait ran past its deadline
+  kCancelled,           // the caller or a peer gave up
+  kPermissionDenied,    // wrong token / secret
+  kDataLoss,            // truncated or corrupt file or frame
+  kUnimplemented,       // valid but unsupported (architecture, dtype, template)
+  kInternal,            // a failure of a dependency we cannot classify better
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -77,7 +77,7 @@ Status internal_error(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     CRESCENT_CHECK(!std::get<Status>(data_).is_ok()) << "Result built from an OK status";
   }
@@ -104,13 +104,16 @@ class [[nodiscard]] Result {
 
  private:
   void check_ok() const {
-    CRESCENT_CHECK(is_ok()) << "value() of a failed Result: " << std::get<Status>(data_).to_string();
+    CRESCENT_CHECK(is_ok()) << "value() of a failed Result: "
+                            << std::get<Status>(data_).to_string();
   }
   std::variant<T, Status> data_;
 };
 
 namespace internal {
-inline Status to_status(const Status& s) { return s; }
+inline Status to_status(const Status& s) {
+  return s;
+}
 template <typename T>
 Status to_status(const Result<T>& r) {
   return r.status();
@@ -123,10 +126,11 @@ Status to_status(const Result<T>& r) {
 #define CRESCENT_CONCAT(a, b) CRESCENT_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` (a Status or Result) from the enclosing function if it failed.
-#define RETURN_IF_ERROR(expr)                                                          \
-  do {                                                                                 \
-    ::crescent::Status crescent_status_ = ::crescent::internal::to_status((expr));     \
-    if (!crescent_status_.is_ok()) return crescent_status_;                            \
+#define RETURN_IF_ERROR(expr)                                                      \
+  do {                                                                             \
+    ::crescent::Status crescent_status_ = ::crescent::internal::to_status((expr)); \
+    if (!crescent_status_.is_ok())                                                 \
+      return crescent_status_;                                                     \
   } while (false)
 
 // ASSIGN_OR_RETURN(auto x, MakeX()); declares/assigns x or returns the failure.
@@ -134,5 +138,6 @@ Status to_status(const Result<T>& r) {
   CRESCENT_ASSIGN_OR_RETURN_IMPL(CRESCENT_CONCAT(crescent_result_, __LINE__), lhs, expr)
 #define CRESCENT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
-  if (!tmp.is_ok()) return tmp.status();               \
+  if (!tmp.is_ok())                                    \
+    return tmp.status();                               \
   lhs = std::move(tmp).value()

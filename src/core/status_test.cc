@@ -6,7 +6,8 @@ namespace crescent {
 namespace {
 
 Result<int> parse_positive(int v) {
-  if (v <= 0) return invalid_argument("not positive: " + std::to_string(v));
+  if (v <= 0)
+    return invalid_argument("not positive: " + std::to_string(v));
   return v;
 }
 

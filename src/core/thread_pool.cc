@@ -48,7 +48,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::drain_tasks() {
   while (true) {
     int i = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= job_num_tasks_) return;
+    if (i >= job_num_tasks_)
+      return;
     job_fn_(job_ctx_, i);
     num_done_.fetch_add(1, std::memory_order_release);
   }
@@ -70,7 +71,8 @@ void ThreadPool::worker_loop() {
       num_sleeping_.fetch_sub(1);
       spins = 0;
     }
-    if (stop_.load()) return;
+    if (stop_.load())
+      return;
     // Announce ourselves before reading the job, so the caller cannot rewrite the job fields
     // while we may still read them. An odd generation means "job being written": leave it.
     num_active_.fetch_add(1);
@@ -84,7 +86,8 @@ void ThreadPool::worker_loop() {
 }
 
 void ThreadPool::run(int num_tasks, TaskFn fn, void* ctx) {
-  if (num_tasks <= 0) return;
+  if (num_tasks <= 0)
+    return;
   if (workers_.empty() || num_tasks == 1) {
     for (int i = 0; i < num_tasks; ++i) {
       fn(ctx, i);

@@ -35,7 +35,8 @@ class ThreadPool {
   // fn(begin, end) for each.
   template <typename Fn>
   void parallel_range(int64_t n, Fn&& fn, int chunks_per_thread = 1) {
-    if (n <= 0) return;
+    if (n <= 0)
+      return;
     int64_t num_chunks = std::min<int64_t>(n, int64_t{num_threads()} * chunks_per_thread);
     parallel_for(static_cast<int>(num_chunks), [&](int c) {
       int64_t begin = n * c / num_chunks;

@@ -15,15 +15,18 @@ namespace {
 // generation_config.json may list more end-of-sequence ids than config.json (Qwen2.5 does).
 void merge_generation_config_eos(const std::string& model_dir, std::vector<int32_t>& eos) {
   std::ifstream in(model_dir + "/generation_config.json");
-  if (!in) return;
+  if (!in)
+    return;
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id"))
+    return;
   auto add = [&](const nlohmann::json& v) {
     if (v.is_number_integer()) {
       auto id = v.get<int32_t>();
-      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+      if (std::find(eos.begin(), eos.end(), id) == eos.end())
+        eos.push_back(id);
     }
   };
   const auto& e = j["eos_token_id"];
@@ -71,7 +74,8 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   e.max_num_seqs = options.max_num_seqs;
   e.max_num_batched_tokens = options.max_num_batched_tokens;
   e.enable_prefix_caching = options.enable_prefix_caching;
-  e.max_model_len = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  e.max_model_len =
+      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
   if (e.max_model_len > config.max_position_embeddings) {
     return invalid_argument("--max-model-len " + std::to_string(e.max_model_len) +
                             " exceeds the model's max_position_embeddings " +
@@ -79,8 +83,8 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   }
   const int64_t kv_tokens = int64_t{loaded->runner->num_kv_blocks()} * e.block_size;
   if (kv_tokens < e.max_model_len) {
-    CRESCENT_LOG(kInfo) << "max model length lowered from " << e.max_model_len << " to " << kv_tokens
-                        << " tokens: the KV cache holds no more";
+    CRESCENT_LOG(kInfo) << "max model length lowered from " << e.max_model_len << " to "
+                        << kv_tokens << " tokens: the KV cache holds no more";
     e.max_model_len = static_cast<int>(kv_tokens);
   }
   for (int id : config.eos_token_ids) {

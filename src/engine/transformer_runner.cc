@@ -16,7 +16,8 @@ Result<KvCacheMemory> allocate_private_kv_memory(int64_t num_bytes) {
                               " MiB for the KV cache: " + std::strerror(errno));
   }
   ::madvise(p, static_cast<size_t>(num_bytes), MADV_HUGEPAGE);
-  return KvCacheMemory{p, num_bytes, [p, num_bytes] { ::munmap(p, static_cast<size_t>(num_bytes)); }};
+  return KvCacheMemory{p, num_bytes,
+                       [p, num_bytes] { ::munmap(p, static_cast<size_t>(num_bytes)); }};
 }
 
 Result<std::unique_ptr<TransformerRunner>> TransformerRunner::create(

@@ -35,9 +35,9 @@ Result<KvCacheMemory> allocate_private_kv_memory(int64_t num_bytes);
 class TransformerRunner : public ModelRunner {
  public:
   // memory == nullopt: allocates privately.
-  static Result<std::unique_ptr<TransformerRunner>> create(model::Transformer& model,
-                                                           const KvCacheOptions& options,
-                                                           std::optional<KvCacheMemory> memory = {});
+  static Result<std::unique_ptr<TransformerRunner>> create(
+      model::Transformer& model, const KvCacheOptions& options,
+      std::optional<KvCacheMemory> memory = {});
   ~TransformerRunner() override;
 
   int32_t vocab_size() const override { return model_.config().vocab_size; }

@@ -56,10 +56,14 @@ Result<std::vector<float>> load_vector(const TensorSource& src, const std::strin
 
 kernels::WeightFormat choose_format(TransformerOptions::Weights w, DType source) {
   switch (w) {
-    case TransformerOptions::Weights::kF32: return kernels::WeightFormat::kF32;
-    case TransformerOptions::Weights::kBF16: return kernels::WeightFormat::kBF16;
-    case TransformerOptions::Weights::kQ8_0: return kernels::WeightFormat::kQ8_0;
-    case TransformerOptions::Weights::kAuto: break;
+    case TransformerOptions::Weights::kF32:
+      return kernels::WeightFormat::kF32;
+    case TransformerOptions::Weights::kBF16:
+      return kernels::WeightFormat::kBF16;
+    case TransformerOptions::Weights::kQ8_0:
+      return kernels::WeightFormat::kQ8_0;
+    case TransformerOptions::Weights::kAuto:
+      break;
   }
   return source == DType::kQ8_0 ? kernels::WeightFormat::kQ8_0 : kernels::WeightFormat::kBF16;
 }
@@ -133,12 +137,16 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     Layer& layer = layers_[static_cast<size_t>(l)];
-    ASSIGN_OR_RETURN(layer.input_norm, load_vector(src, layer_name(l, "input_layernorm.weight"), hidden));
+    ASSIGN_OR_RETURN(layer.input_norm,
+                     load_vector(src, layer_name(l, "input_layernorm.weight"), hidden));
     ASSIGN_OR_RETURN(layer.post_attention_norm,
                      load_vector(src, layer_name(l, "post_attention_layernorm.weight"), hidden));
-    ASSIGN_OR_RETURN(TensorView q, require_tensor(src, layer_name(l, "self_attn.q_proj.weight"), {q_dim, hidden}));
-    ASSIGN_OR_RETURN(TensorView k, require_tensor(src, layer_name(l, "self_attn.k_proj.weight"), {kv_dim, hidden}));
-    ASSIGN_OR_RETURN(TensorView v, require_tensor(src, layer_name(l, "self_attn.v_proj.weight"), {kv_dim, hidden}));
+    ASSIGN_OR_RETURN(TensorView q, require_tensor(src, layer_name(l, "self_attn.q_proj.weight"),
+                                                  {q_dim, hidden}));
+    ASSIGN_OR_RETURN(TensorView k, require_tensor(src, layer_name(l, "self_attn.k_proj.weight"),
+                                                  {kv_dim, hidden}));
+    ASSIGN_OR_RETURN(TensorView v, require_tensor(src, layer_name(l, "self_attn.v_proj.weight"),
+                                                  {kv_dim, hidden}));
     ASSIGN_OR_RETURN(layer.qkv, pack_rows({q, k, v}, hidden, format_));
     if (c.has_qkv_bias) {
       ASSIGN_OR_RETURN(auto qb, load_vector(src, layer_name(l, "self_attn.q_proj.bias"), q_dim));
@@ -149,15 +157,21 @@ Status Transformer::load_weights(const TransformerOptions& options) {
       layer.qkv_bias.insert(layer.qkv_bias.end(), vb.begin(), vb.end());
     }
     if (c.has_qk_norm) {
-      ASSIGN_OR_RETURN(layer.q_norm, load_vector(src, layer_name(l, "self_attn.q_norm.weight"), c.head_dim));
-      ASSIGN_OR_RETURN(layer.k_norm, load_vector(src, layer_name(l, "self_attn.k_norm.weight"), c.head_dim));
+      ASSIGN_OR_RETURN(layer.q_norm,
+                       load_vector(src, layer_name(l, "self_attn.q_norm.weight"), c.head_dim));
+      ASSIGN_OR_RETURN(layer.k_norm,
+                       load_vector(src, layer_name(l, "self_attn.k_norm.weight"), c.head_dim));
     }
-    ASSIGN_OR_RETURN(TensorView o, require_tensor(src, layer_name(l, "self_attn.o_proj.weight"), {hidden, q_dim}));
+    ASSIGN_OR_RETURN(TensorView o, require_tensor(src, layer_name(l, "self_attn.o_proj.weight"),
+                                                  {hidden, q_dim}));
     ASSIGN_OR_RETURN(layer.o, pack_rows({o}, q_dim, format_));
-    ASSIGN_OR_RETURN(TensorView gate, require_tensor(src, layer_name(l, "mlp.gate_proj.weight"), {inter, hidden}));
-    ASSIGN_OR_RETURN(TensorView up, require_tensor(src, layer_name(l, "mlp.up_proj.weight"), {inter, hidden}));
+    ASSIGN_OR_RETURN(TensorView gate,
+                     require_tensor(src, layer_name(l, "mlp.gate_proj.weight"), {inter, hidden}));
+    ASSIGN_OR_RETURN(TensorView up,
+                     require_tensor(src, layer_name(l, "mlp.up_proj.weight"), {inter, hidden}));
     ASSIGN_OR_RETURN(layer.gate_up, pack_rows({gate, up}, hidden, format_));
-    ASSIGN_OR_RETURN(TensorView down, require_tensor(src, layer_name(l, "mlp.down_proj.weight"), {hidden, inter}));
+    ASSIGN_OR_RETURN(TensorView down,
+                     require_tensor(src, layer_name(l, "mlp.down_proj.weight"), {hidden, inter}));
     ASSIGN_OR_RETURN(layer.down, pack_rows({down}, inter, format_));
     for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
       num_weight_bytes_ += w->num_bytes();
@@ -168,7 +182,8 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   if (c.tie_word_embeddings) {
     ASSIGN_OR_RETURN(lm_head_, pack_rows({embed_tokens_}, hidden, format_));
   } else {
-    ASSIGN_OR_RETURN(TensorView head, require_tensor(src, "lm_head.weight", {c.vocab_size, hidden}));
+    ASSIGN_OR_RETURN(TensorView head,
+                     require_tensor(src, "lm_head.weight", {c.vocab_size, hidden}));
     ASSIGN_OR_RETURN(lm_head_, pack_rows({head}, hidden, format_));
   }
   num_weight_bytes_ += lm_head_.num_bytes();
@@ -182,17 +197,20 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   scaling.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
   rope_ = std::make_unique<kernels::RopeTable>(c.head_dim, c.rope_theta, c.max_position_embeddings,
                                                scaling);
-  CRESCENT_LOG(kInfo) << "loaded " << files_.name << ": " << c.num_hidden_layers << " layers, hidden "
-                      << hidden << ", vocab " << c.vocab_size << ", weights "
+  CRESCENT_LOG(kInfo) << "loaded " << files_.name << ": " << c.num_hidden_layers
+                      << " layers, hidden " << hidden << ", vocab " << c.vocab_size << ", weights "
                       << weight_format_name() << " (" << num_weight_bytes_ / (1 << 20) << " MiB)";
   return Status::ok();
 }
 
 std::string Transformer::weight_format_name() const {
   switch (format_) {
-    case kernels::WeightFormat::kF32: return "F32";
-    case kernels::WeightFormat::kBF16: return "BF16";
-    case kernels::WeightFormat::kQ8_0: return "Q8_0";
+    case kernels::WeightFormat::kF32:
+      return "F32";
+    case kernels::WeightFormat::kBF16:
+      return "BF16";
+    case kernels::WeightFormat::kQ8_0:
+      return "Q8_0";
   }
   return "?";
 }
@@ -229,7 +247,8 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
   std::vector<kernels::AttentionSeq> attn_seqs;
   attn_seqs.reserve(batch.size());
   for (const ForwardSeq& s : batch) {
-    if (s.token_ids.empty()) return invalid_argument("forward: a sequence with no tokens");
+    if (s.token_ids.empty())
+      return invalid_argument("forward: a sequence with no tokens");
     int64_t end = s.start_pos + static_cast<int64_t>(s.token_ids.size());
     if (end > c.max_position_embeddings) {
       return out_of_range("forward: position " + std::to_string(end - 1) +
@@ -243,16 +262,17 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
     }
     for (int32_t id : s.token_ids) {
       if (id < 0 || id >= c.vocab_size) {
-        return invalid_argument("forward: token id " + std::to_string(id) + " outside vocabulary of " +
-                                std::to_string(c.vocab_size));
+        return invalid_argument("forward: token id " + std::to_string(id) +
+                                " outside vocabulary of " + std::to_string(c.vocab_size));
       }
     }
-    attn_seqs.push_back({num_rows, static_cast<int64_t>(s.token_ids.size()), s.start_pos,
-                         s.block_table.data()});
+    attn_seqs.push_back(
+        {num_rows, static_cast<int64_t>(s.token_ids.size()), s.start_pos, s.block_table.data()});
     num_rows += static_cast<int64_t>(s.token_ids.size());
     num_logit_rows += s.needs_logits ? 1 : 0;
   }
-  if (num_rows == 0) return Status::ok();
+  if (num_rows == 0)
+    return Status::ok();
 
   float* x = grow(x_, num_rows * hidden);
   float* h = grow(h_, num_rows * hidden);
@@ -271,7 +291,8 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
   for (const ForwardSeq& s : batch) {
     embed(s.token_ids, x + row * hidden);
     for (size_t i = 0; i < s.token_ids.size(); ++i) {
-      positions[row + static_cast<int64_t>(i)] = static_cast<int32_t>(s.start_pos + static_cast<int64_t>(i));
+      positions[row + static_cast<int64_t>(i)] =
+          static_cast<int32_t>(s.start_pos + static_cast<int64_t>(i));
     }
     row += static_cast<int64_t>(s.token_ids.size());
   }
@@ -281,13 +302,14 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x, layer.input_norm.data(), num_rows, hidden, eps, h);
-    kernels::matmul(h, num_rows, layer.qkv, layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(),
-                    qkv, pool_);
+    kernels::matmul(h, num_rows, layer.qkv,
+                    layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(), qkv, pool_);
     for (int64_t r = 0; r < num_rows; ++r) {
       const float* src = qkv + r * qkv_dim;
       std::memcpy(q + r * q_dim, src, static_cast<size_t>(q_dim) * sizeof(float));
       std::memcpy(k + r * kv_dim, src + q_dim, static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(v + r * kv_dim, src + q_dim + kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(v + r * kv_dim, src + q_dim + kv_dim,
+                  static_cast<size_t>(kv_dim) * sizeof(float));
     }
     if (!layer.q_norm.empty()) {
       kernels::rms_norm(q, layer.q_norm.data(), num_rows * num_heads, c.head_dim, eps, q);
@@ -313,13 +335,16 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
     kernels::add_inplace(x, proj, num_rows * hidden);
   }
 
-  if (num_logit_rows == 0) return Status::ok();
+  if (num_logit_rows == 0)
+    return Status::ok();
   float* rows = grow(final_rows_, num_logit_rows * hidden);
   int64_t out_row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (!batch[i].needs_logits) continue;
+    if (!batch[i].needs_logits)
+      continue;
     int64_t last = attn_seqs[i].q_row + attn_seqs[i].num_tokens - 1;
-    std::memcpy(rows + out_row * hidden, x + last * hidden, static_cast<size_t>(hidden) * sizeof(float));
+    std::memcpy(rows + out_row * hidden, x + last * hidden,
+                static_cast<size_t>(hidden) * sizeof(float));
     ++out_row;
   }
   kernels::rms_norm(rows, final_norm_.data(), num_logit_rows, hidden, eps, rows);

@@ -36,7 +36,8 @@ struct ForwardSeq {
 class Transformer {
  public:
   // Packs the weights of `files` (which it takes over) for the kernels.
-  static Result<std::unique_ptr<Transformer>> load(ModelFiles files, const TransformerOptions& options,
+  static Result<std::unique_ptr<Transformer>> load(ModelFiles files,
+                                                   const TransformerOptions& options,
                                                    ThreadPool& pool);
 
   const ModelConfig& config() const { return files_.config; }

@@ -52,7 +52,8 @@ std::vector<int32_t> make_prompt(int len, uint32_t seed, int vocab = 150000) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> d(0, vocab - 1);
   std::vector<int32_t> ids(static_cast<size_t>(len));
-  for (auto& id : ids) id = d(rng);
+  for (auto& id : ids)
+    id = d(rng);
   return ids;
 }
 
@@ -68,13 +69,15 @@ std::vector<float> run_logits(engine::TransformerRunner& runner, const std::vect
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
   double m = 0;
-  for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < b.size(); ++i)
+    m = std::max(m, std::abs(a[i] - b[i]));
   return m;
 }
 
 double max_abs(const std::vector<double>& a) {
   double m = 0;
-  for (double v : a) m = std::max(m, std::abs(v));
+  for (double v : a)
+    m = std::max(m, std::abs(v));
   return m;
 }
 
@@ -100,7 +103,8 @@ TEST_P(ReferenceTest, LogitsMatchDoublePrecisionReference) {
       const auto& last = steps.back();
       auto next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
       tokens.push_back(next);
-      steps.push_back(run_logits(*loaded->runner, {next}, static_cast<int64_t>(tokens.size()) - 1, table));
+      steps.push_back(
+          run_logits(*loaded->runner, {next}, static_cast<int64_t>(tokens.size()) - 1, table));
     }
     auto ref = testing::reference_logits(*files, tokens);
     // F32 matrices differ from the reference only by float rounding; BF16 paths may round
@@ -129,7 +133,8 @@ TEST(ModelEngineTest, ChunkedPrefillLogitsEqualWholePrefill) {
   run_logits(*loaded->runner, {tokens.begin() + 7, tokens.begin() + 30}, 7, table2);
   auto chunked = run_logits(*loaded->runner, {tokens.begin() + 30, tokens.end()}, 30, table2);
   ASSERT_EQ(whole.size(), chunked.size());
-  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(whole[i], chunked[i], 1e-4) << i;
+  for (size_t i = 0; i < whole.size(); ++i)
+    ASSERT_NEAR(whole[i], chunked[i], 1e-4) << i;
 }
 
 // Greedy outputs of a set of requests through the engine.
@@ -143,7 +148,8 @@ std::map<std::string, std::vector<int32_t>> generate_all(LoadedEngine& loaded,
     while (eng.has_unfinished_requests()) {
       auto step = eng.step();
       EXPECT_TRUE(step.is_ok()) << step.status().to_string();
-      if (!step.is_ok()) return;
+      if (!step.is_ok())
+        return;
       for (const auto& o : *step) {
         auto& v = out[o.request_id];
         v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
@@ -152,10 +158,12 @@ std::map<std::string, std::vector<int32_t>> generate_all(LoadedEngine& loaded,
   };
   for (const auto& r : reqs) {
     EXPECT_TRUE(eng.add_request(r).is_ok());
-    if (one_at_a_time) drain();
+    if (one_at_a_time)
+      drain();
   }
   drain();
-  if (stats_out) *stats_out = eng.stats();
+  if (stats_out)
+    *stats_out = eng.stats();
   EXPECT_EQ(eng.stats().num_blocks_used, 0) << "blocks left in use";
   return out;
 }
@@ -203,7 +211,8 @@ TEST(ModelEngineTest, PrefixCacheHitEqualsMiss) {
   auto reqs = greedy_requests(5, 8, 300, make_prompt(40, 9));
   engine::EngineStats stats;
   auto with_cache = generate_all(*cached, reqs, true, &stats);
-  EXPECT_GE(stats.prefix_cache_hits_tokens, 4 * 32) << "later requests must hit the shared 2 blocks";
+  EXPECT_GE(stats.prefix_cache_hits_tokens, 4 * 32)
+      << "later requests must hit the shared 2 blocks";
   EXPECT_EQ(with_cache, generate_all(*uncached, reqs, true));
 }
 
@@ -236,7 +245,8 @@ TEST(ModelEngineTest, EveryIsaAgreesWithPortable) {
   ASSERT_TRUE(kernels::set_active_isa(kernels::Isa::kPortable).is_ok());
   auto portable = run_logits(*loaded->runner, tokens, 0, table);
   for (auto isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512, kernels::Isa::kAvx512Bf16}) {
-    if (!kernels::set_active_isa(isa).is_ok()) continue;  // CPU lacks it
+    if (!kernels::set_active_isa(isa).is_ok())
+      continue;  // CPU lacks it
     auto got = run_logits(*loaded->runner, tokens, 0, table);
     double scale = 1, diff = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -284,7 +294,8 @@ TEST(ModelEngineTest, BadModelFilesAreClearErrors) {
   o.model_path = bad.string();
   auto r = engine::load_engine(o, pool());
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("model.safetensors"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("model.safetensors"), std::string::npos)
+      << r.status().to_string();
   // An unknown architecture.
   {
     std::ifstream in(fs::path(dir) / "config.json");

@@ -14,15 +14,23 @@ using Mat = std::vector<Vec>;  // [rows][cols]
 
 std::vector<double> tensor(const model::ModelFiles& files, const std::string& name) {
   auto t = files.tensors->get(name);
-  if (!t.is_ok()) throw std::runtime_error("reference: " + t.status().to_string());
+  if (!t.is_ok())
+    throw std::runtime_error("reference: " + t.status().to_string());
   int64_t n = 1;
-  for (int64_t d : t->shape) n *= d;
+  for (int64_t d : t->shape)
+    n *= d;
   std::vector<double> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     switch (t->dtype) {
-      case DType::kF32: out[i] = static_cast<const float*>(t->data)[i]; break;
-      case DType::kF16: out[i] = f16_to_float(static_cast<const uint16_t*>(t->data)[i]); break;
-      case DType::kBF16: out[i] = bf16_to_float(static_cast<const uint16_t*>(t->data)[i]); break;
+      case DType::kF32:
+        out[i] = static_cast<const float*>(t->data)[i];
+        break;
+      case DType::kF16:
+        out[i] = f16_to_float(static_cast<const uint16_t*>(t->data)[i]);
+        break;
+      case DType::kBF16:
+        out[i] = bf16_to_float(static_cast<const uint16_t*>(t->data)[i]);
+        break;
       case DType::kQ8_0: {
         const auto* b = static_cast<const Q8Block*>(t->data) + i / kQ8BlockSize;
         out[i] = static_cast<double>(f16_to_float(b->scale_f16)) * b->quants[i % kQ8BlockSize];
@@ -38,7 +46,8 @@ Vec matvec(const std::vector<double>& w, int64_t rows, int64_t cols, const Vec& 
   Vec y(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     double acc = 0;
-    for (int64_t c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
+    for (int64_t c = 0; c < cols; ++c)
+      acc += w[r * cols + c] * x[c];
     y[r] = acc;
   }
   return y;
@@ -46,12 +55,15 @@ Vec matvec(const std::vector<double>& w, int64_t rows, int64_t cols, const Vec& 
 
 Vec rms_norm(const Vec& x, const std::vector<double>& w, double eps, size_t offset = 0,
              size_t n = 0) {
-  if (n == 0) n = x.size();
+  if (n == 0)
+    n = x.size();
   double ss = 0;
-  for (size_t i = 0; i < n; ++i) ss += x[offset + i] * x[offset + i];
+  for (size_t i = 0; i < n; ++i)
+    ss += x[offset + i] * x[offset + i];
   double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
   Vec y(n);
-  for (size_t i = 0; i < n; ++i) y[i] = x[offset + i] * inv * w[i];
+  for (size_t i = 0; i < n; ++i)
+    y[i] = x[offset + i] * inv * w[i];
   return y;
 }
 
@@ -104,7 +116,8 @@ std::vector<std::vector<double>> reference_logits(const model::ModelFiles& files
 
   Mat x(T, Vec(H));
   for (size_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < H; ++i) x[t][i] = embed[tokens[t] * H + i];
+    for (int64_t i = 0; i < H; ++i)
+      x[t][i] = embed[tokens[t] * H + i];
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     auto name = [&](const char* s) { return "model.layers." + std::to_string(l) + "." + s; };
@@ -127,8 +140,10 @@ std::vector<std::vector<double>> reference_logits(const model::ModelFiles& files
         const auto bq = tensor(files, name("self_attn.q_proj.bias"));
         const auto bk = tensor(files, name("self_attn.k_proj.bias"));
         const auto bv = tensor(files, name("self_attn.v_proj.bias"));
-        for (int64_t i = 0; i < NH * D; ++i) q[t][i] += bq[i];
-        for (int64_t i = 0; i < NKV * D; ++i) k[t][i] += bk[i], v[t][i] += bv[i];
+        for (int64_t i = 0; i < NH * D; ++i)
+          q[t][i] += bq[i];
+        for (int64_t i = 0; i < NKV * D; ++i)
+          k[t][i] += bk[i], v[t][i] += bv[i];
       }
       if (c.has_qk_norm) {
         const auto qn = tensor(files, name("self_attn.q_norm.weight"));
@@ -142,8 +157,10 @@ std::vector<std::vector<double>> reference_logits(const model::ModelFiles& files
           std::copy(r.begin(), r.end(), k[t].begin() + h2 * D);
         }
       }
-      for (int64_t h2 = 0; h2 < NH; ++h2) apply_rope(q[t], h2 * D, D, t, inv);
-      for (int64_t h2 = 0; h2 < NKV; ++h2) apply_rope(k[t], h2 * D, D, t, inv);
+      for (int64_t h2 = 0; h2 < NH; ++h2)
+        apply_rope(q[t], h2 * D, D, t, inv);
+      for (int64_t h2 = 0; h2 < NKV; ++h2)
+        apply_rope(k[t], h2 * D, D, t, inv);
     }
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     for (size_t t = 0; t < T; ++t) {
@@ -154,28 +171,35 @@ std::vector<std::vector<double>> reference_logits(const model::ModelFiles& files
         double mx = -1e300;
         for (size_t s = 0; s <= t; ++s) {
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[t][h2 * D + d] * k[s][kvh * D + d];
+          for (int64_t d = 0; d < D; ++d)
+            dot += q[t][h2 * D + d] * k[s][kvh * D + d];
           scores[s] = dot * scale;
           mx = std::max(mx, scores[s]);
         }
         double sum = 0;
-        for (double& sc : scores) sum += (sc = std::exp(sc - mx));
+        for (double& sc : scores)
+          sum += (sc = std::exp(sc - mx));
         for (size_t s = 0; s <= t; ++s)
-          for (int64_t d = 0; d < D; ++d) attn[h2 * D + d] += scores[s] / sum * v[s][kvh * D + d];
+          for (int64_t d = 0; d < D; ++d)
+            attn[h2 * D + d] += scores[s] / sum * v[s][kvh * D + d];
       }
       Vec o = matvec(wo, H, NH * D, attn);
-      for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
+      for (int64_t i = 0; i < H; ++i)
+        x[t][i] += o[i];
       Vec h = rms_norm(x[t], post_norm, c.rms_norm_eps);
       Vec g = matvec(wg, I, H, h), u = matvec(wu, I, H, h);
-      for (int64_t i = 0; i < I; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      for (int64_t i = 0; i < I; ++i)
+        g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
       Vec d = matvec(wd, H, I, g);
-      for (int64_t i = 0; i < H; ++i) x[t][i] += d[i];
+      for (int64_t i = 0; i < H; ++i)
+        x[t][i] += d[i];
     }
   }
   const auto final_norm = tensor(files, "model.norm.weight");
   const auto head = c.tie_word_embeddings ? embed : tensor(files, "lm_head.weight");
   std::vector<std::vector<double>> logits(T);
-  for (size_t t = 0; t < T; ++t) logits[t] = matvec(head, V, H, rms_norm(x[t], final_norm, c.rms_norm_eps));
+  for (size_t t = 0; t < T; ++t)
+    logits[t] = matvec(head, V, H, rms_norm(x[t], final_norm, c.rms_norm_eps));
   return logits;
 }
 

@@ -10,17 +10,20 @@
 
 namespace crescent::testing {
 
-std::string crescent_binary() { return std::string(CRESCENT_BINARY_DIR) + "/apps/crescent"; }
+std::string crescent_binary() {
+  return std::string(CRESCENT_BINARY_DIR) + "/apps/crescent";
+}
 
 std::string ensure_test_model(const std::string& preset) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(CRESCENT_BINARY_DIR) / "test-models";
   const fs::path dir = root / preset;
-  if (fs::exists(dir / "config.json")) return dir.string();
+  if (fs::exists(dir / "config.json"))
+    return dir.string();
   fs::create_directories(root);
   const fs::path tmp = root / (preset + ".tmp." + std::to_string(::getpid()));
-  std::string cmd = crescent_binary() + " make-model --preset " + preset + " --out " + tmp.string() +
-                    " > " + tmp.string() + ".log 2>&1";
+  std::string cmd = crescent_binary() + " make-model --preset " + preset + " --out " +
+                    tmp.string() + " > " + tmp.string() + ".log 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "cannot make test model '%s': %s failed (see %s.log)\n", preset.c_str(),
                  cmd.c_str(), tmp.string().c_str());
@@ -28,7 +31,8 @@ std::string ensure_test_model(const std::string& preset) {
   }
   std::error_code ec;
   fs::rename(tmp, dir, ec);  // loses the race harmlessly if another process got there first
-  if (ec) fs::remove_all(tmp);
+  if (ec)
+    fs::remove_all(tmp);
   fs::remove(tmp.string() + ".log", ec);
   return dir.string();
 }
