@@ -76,7 +76,7 @@ struct ServerState {
 // engine callback after the client has gone must not keep the socket alive.
 class Writer : public ResponseWriter {
  public:
-  Writer(std::weak_ptr<Connection> connection, asio::strand<asio::any_io_executor> strand)
+  Writer(std::weak_ptr<Connection> connection, asio::any_io_executor strand)
       : connection_(std::move(connection)), strand_(std::move(strand)) {}
 
   void send(int status, std::string content_type, std::string body, Headers extra) override;
@@ -119,7 +119,7 @@ class Writer : public ResponseWriter {
   void post(Fn fn);
 
   std::weak_ptr<Connection> connection_;
-  asio::strand<asio::any_io_executor> strand_;
+  asio::any_io_executor strand_;  // the connection's strand
   std::atomic<State> state_{State::kFresh};
   std::atomic<bool> closed_{false};
   std::mutex mu_;
@@ -182,9 +182,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state_->num_open.fetch_sub(1);
   }
 
-  asio::strand<asio::any_io_executor> strand() {
-    return asio::strand<asio::any_io_executor>(stream_.get_executor());
-  }
+  // The socket's executor is the connection's strand (accepted with make_strand).
+  asio::any_io_executor strand() { return stream_.get_executor(); }
 
  private:
   void read_request() {
@@ -289,13 +288,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               self->watching_ = false;
+                              if (self->lingering_) {
+                                return ec ? self->close(false) : self->discard();
+                              }
                               if (ec) {
                                 return self->close(/*client_gone=*/true);
                               }
                               self->buffer_.commit(n);
-                              if (self->in_response_) {
-                                self->watch();
-                              } else {
+                              // Bytes of the next request. While the response is still being
+                              // written, stop watching: finish_response() goes on to
+                              // read_request() (watching again would wait for bytes the client
+                              // has already sent). A client that leaves now fails a write.
+                              if (!self->in_response_) {
                                 self->read_request();
                               }
                             });
@@ -342,7 +346,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       writer_.reset();
     }
     if (!keep_alive_) {
-      return close(false);
+      return linger_close();
     }
     if (!watching_) {
       read_request();
@@ -350,6 +354,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // The watch read goes on to read_request() when bytes come; bound the idle wait.
       stream_.expires_after(std::chrono::milliseconds(state_->options.read_timeout_ms));
     }
+  }
+
+  // Closing right after a response can reset the connection before the client has read it
+  // (a client still sending a body it was refused gets "broken pipe" and never sees the
+  // 413). So: stop sending, read and discard for a bounded time, then close.
+  void linger_close() {
+    lingering_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(5));
+    if (!watching_) {
+      discard();
+    }
+  }
+  void discard() {
+    buffer_.consume(buffer_.size());
+    num_discarded_bytes_ += 1;
+    if (closed_ || num_discarded_bytes_ > (256u << 20)) {
+      return close(false);
+    }
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(64 << 10),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->watching_ = false;
+                              if (ec) {
+                                return self->close(false);
+                              }
+                              self->num_discarded_bytes_ += n;
+                              self->buffer_.commit(n);
+                              self->discard();
+                            });
   }
 
   beast::tcp_stream stream_;
@@ -367,6 +402,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool response_complete_ = false;
   bool keep_alive_ = true;
   bool closed_ = false;
+  bool lingering_ = false;
+  uint64_t num_discarded_bytes_ = 0;
 };
 
 template <typename Fn>

@@ -52,6 +52,8 @@ TEST_F(HttpTest, StreamsChunksFromAnotherThread) {
     threads.emplace_back([writer] {
       for (int i = 0; i < 5; ++i) {
         writer->write("data: " + std::to_string(i) + "\n\n");
+        // Slow enough that each chunk is its own write, as tokens are.
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
       writer->write("data: [DONE]\n\n");
       writer->end();
