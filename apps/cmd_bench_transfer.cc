@@ -78,9 +78,11 @@ int run_target(transfer::TransportKind kind, uint64_t region_bytes) {
     return 1;
   std::printf("SINK %d\n", net::local_port(*sink).value());
   std::unique_ptr<transfer::UcxContext> raw;
+  void* raw_memh = nullptr;  // unmapped before `raw` is destroyed (ucp_cleanup asserts otherwise)
   if (kind == transfer::TransportKind::kUcx) {
     raw = std::move(transfer::UcxContext::create("tcp,sm,self").value());
     auto m = raw->map(region->data(), region_bytes).value();
+    raw_memh = m.memh;
     std::printf("UCXRAW %s %s %llu\n", hex(raw->worker_address()).c_str(),
                 hex(m.packed_rkey).c_str(),
                 static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(region->data())));
@@ -114,6 +116,8 @@ int run_target(transfer::TransportKind kind, uint64_t region_bytes) {
   }
   stop.store(true);
   sink_thread.join();
+  if (raw)
+    raw->unmap(raw_memh);
   return 0;
 }
 

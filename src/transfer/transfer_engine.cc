@@ -5,12 +5,17 @@
 
 #include "transfer/transfer_engine.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -61,6 +66,54 @@ Status read_status(ByteReader& r) {
     return data_loss("peer sent an unknown status code " + std::to_string(code));
   }
   return Status(static_cast<StatusCode>(code), "peer: " + msg);
+}
+
+// Receives exactly the bytes of `buffers` (a scatter read; DeadlineExceeded at `deadline`).
+Status read_exact_iov(const Fd& fd, std::vector<iovec> iov, Deadline deadline) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    if (iov[first].iov_len == 0) {
+      ++first;
+      continue;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    ssize_t n = ::recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+    if (n == 0)
+      return unavailable("connection closed by peer");
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return unavailable(std::string("recv: ") + std::strerror(errno));
+      pollfd p{fd.get(), POLLIN, 0};
+      int64_t ms = deadline.remaining_ms();
+      if (deadline.is_expired())
+        return deadline_exceeded("socket wait timed out");
+      int rc = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(ms, 1, 1000)));
+      if (rc < 0 && errno != EINTR)
+        return unavailable(std::string("poll: ") + std::strerror(errno));
+      continue;
+    }
+    auto left = static_cast<size_t>(n);
+    while (left > 0 && first < iov.size()) {
+      size_t take = std::min(left, iov[first].iov_len);
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      left -= take;
+      if (iov[first].iov_len == 0)
+        ++first;
+    }
+  }
+  return Status::ok();
+}
+
+// A status in a GROUP_ACK: its text is cut so that a whole group's statuses stay bounded.
+void write_group_status(ByteWriter& w, const Status& s) {
+  std::string_view msg = s.is_ok() ? std::string_view() : std::string_view(s.message());
+  w.u16(static_cast<uint16_t>(s.code()));
+  w.bytes(msg.substr(0, wire::kMaxGroupStatusMessageBytes));
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -258,15 +311,28 @@ class TcpLink final : public Link {
   ~TcpLink() override { shutdown(); }
 
   void enqueue(std::vector<Piece> pieces) override {
-    for (auto& p : pieces) {
-      Conn& c = *conns_[next_conn_.fetch_add(1) % conns_.size()];
+    // Queued per connection in one step, so that a sender sees a batch's small ops together
+    // and can group them into one frame.
+    std::vector<std::vector<Piece>> per_conn(conns_.size());
+    uint64_t first = next_conn_.fetch_add(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      per_conn[(first + i) % conns_.size()].push_back(std::move(pieces[i]));
+    }
+    for (size_t k = 0; k < conns_.size(); ++k) {
+      if (per_conn[k].empty())
+        continue;
+      Conn& c = *conns_[k];
       std::unique_lock<std::mutex> lock(c.mu);
       if (c.is_sender_done) {
         lock.unlock();
-        sink_->finish(p, broken_.reason(unavailable("link to peer is closed")));
+        for (auto& p : per_conn[k]) {
+          sink_->finish(p, broken_.reason(unavailable("link to peer is closed")));
+        }
         continue;
       }
-      c.queue.push_back(Item{std::move(p), {}, nullptr});
+      for (auto& p : per_conn[k]) {
+        c.queue.push_back(Item{std::move(p), {}, nullptr});
+      }
       c.cv.notify_one();
     }
   }
@@ -333,8 +399,8 @@ class TcpLink final : public Link {
     std::condition_variable cv;
     std::deque<Item> queue;
     bool is_sender_done = false;
-    std::mutex pending_mu;  // pending, is_receiver_done
-    std::unordered_map<uint64_t, Piece> pending;
+    std::mutex pending_mu;                                     // pending, is_receiver_done
+    std::unordered_map<uint64_t, std::vector<Piece>> pending;  // one piece, or a group
     bool is_receiver_done = false;
     uint64_t next_piece_id = 1;
     std::thread sender;
@@ -363,6 +429,32 @@ class TcpLink final : public Link {
         }
         continue;
       }
+      if (is_groupable(*item.piece)) {
+        std::vector<Piece> group;
+        uint64_t frame_bytes = wire::kGroupHeaderBytes + wire::kGroupOpBytes + item.piece->length;
+        group.push_back(std::move(*item.piece));
+        {
+          std::lock_guard<std::mutex> lock(c.mu);
+          while (!c.queue.empty() && group.size() < wire::kMaxOpsPerGroup) {
+            const Item& next = c.queue.front();
+            if (!next.piece || next.piece->kind != group[0].kind || !is_groupable(*next.piece))
+              break;
+            uint64_t more = wire::kGroupOpBytes + next.piece->length;
+            if (frame_bytes + more > wire::kPieceHeaderBytes + wire::kMaxPieceBytes)
+              break;
+            frame_bytes += more;
+            group.push_back(std::move(*c.queue.front().piece));
+            c.queue.pop_front();
+          }
+        }
+        if (group.size() > 1) {
+          failure = send_group(c, std::move(group));
+          if (!failure.is_ok())
+            break;
+          continue;
+        }
+        item.piece = std::move(group[0]);
+      }
       Piece& p = *item.piece;
       uint64_t id = c.next_piece_id++;
       ByteWriter w;
@@ -384,7 +476,9 @@ class TcpLink final : public Link {
           failure = unavailable("connection to peer closed");
           break;
         }
-        c.pending.emplace(id, std::move(p));
+        std::vector<Piece> one;
+        one.push_back(std::move(p));
+        c.pending.emplace(id, std::move(one));
       }
       iovec iov[3] = {{header, sizeof(header)},
                       {w.str().data(), w.str().size()},
@@ -416,7 +510,8 @@ class TcpLink final : public Link {
   void receive_loop(Conn& c) {
     Status failure;
     for (;;) {
-      auto header = net::read_frame_header(c.fd, wire::kMaxPieceBytes + 4096, Deadline::never());
+      auto header = net::read_frame_header(
+          c.fd, wire::kMaxPieceBytes + wire::kMaxGroupStatusBytes + 4096, Deadline::never());
       if (!header.is_ok()) {
         failure = header.status();
         break;
@@ -426,19 +521,23 @@ class TcpLink final : public Link {
         break;
     }
     fail(failure);
-    std::unordered_map<uint64_t, Piece> left;
+    std::unordered_map<uint64_t, std::vector<Piece>> left;
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       c.is_receiver_done = true;
       left.swap(c.pending);
     }
     Status why = broken_.reason(failure);
-    for (auto& [id, p] : left) {
-      sink_->finish(p, why);
+    for (auto& [id, pieces] : left) {
+      for (auto& p : pieces) {
+        sink_->finish(p, why);
+      }
     }
   }
 
   Status handle_reply(Conn& c, const net::FrameHeader& h) {
+    if (h.type == wire::kGroupAck)
+      return handle_group_ack(c, h);
     if (h.type != wire::kAck && h.type != wire::kReadResp) {
       return data_loss("unexpected frame type " + std::to_string(h.type) + " from peer");
     }
@@ -462,10 +561,10 @@ class TcpLink final : public Link {
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       auto it = c.pending.find(id);
-      if (it == c.pending.end())
+      if (it == c.pending.end() || it->second.size() != 1)
         return data_loss("reply for an unknown piece from peer");
       // Stays in `pending` while bytes land in its memory, so a failure mid-read finishes it.
-      p = it->second;
+      p = it->second[0];
     }
     Status op_status;
     if (code != 0) {
@@ -488,6 +587,101 @@ class TcpLink final : public Link {
       c.pending.erase(id);
     }
     sink_->finish(p, op_status);
+    return Status::ok();
+  }
+
+  static bool is_groupable(const Piece& p) { return p.length <= wire::kMaxGroupedOpBytes; }
+
+  // One WRITE_GROUP / READ_GROUP frame for many small pieces of one kind: a header, the op
+  // table and (WRITE) the payloads straight from the caller's memory, in one sendmsg.
+  Status send_group(Conn& c, std::vector<Piece> group) {
+    bool is_write = group[0].kind == OpKind::kWrite;
+    uint64_t id = c.next_piece_id++;
+    ByteWriter w;
+    w.u64(id);
+    w.u32(static_cast<uint32_t>(group.size()));
+    uint64_t data_bytes = 0;
+    std::vector<iovec> iov;
+    iov.reserve(group.size() + 2);
+    iov.push_back({nullptr, net::kFrameHeaderBytes});
+    iov.push_back({nullptr, 0});
+    for (const Piece& p : group) {
+      w.i64(p.region.value());
+      w.u64(p.remote_offset);
+      w.u64(p.length);
+      if (is_write) {
+        data_bytes += p.length;
+        iov.push_back({p.local, p.length});
+      }
+    }
+    uint8_t header[net::kFrameHeaderBytes];
+    net::encode_frame_header(
+        {static_cast<uint16_t>(is_write ? wire::kWriteGroup : wire::kReadGroup),
+         w.str().size() + data_bytes},
+        header);
+    iov[0].iov_base = header;
+    iov[1] = {w.str().data(), w.str().size()};
+    {
+      std::lock_guard<std::mutex> lock(c.pending_mu);
+      if (c.is_receiver_done) {
+        Status why = broken_.reason(unavailable("connection to peer closed"));
+        for (auto& p : group) {
+          sink_->finish(p, why);
+        }
+        return unavailable("connection to peer closed");
+      }
+      c.pending.emplace(id, std::move(group));
+    }
+    return net::write_all(c.fd, iov, io_deadline(io_timeout_));
+  }
+
+  Status handle_group_ack(Conn& c, const net::FrameHeader& h) {
+    uint8_t fixed[16];  // group id, op count, status bytes
+    if (h.payload_bytes < sizeof(fixed))
+      return data_loss("short group reply from peer");
+    Deadline d = io_deadline(io_timeout_);
+    RETURN_IF_ERROR(net::read_exact(c.fd, fixed, sizeof(fixed), d));
+    ByteReader fr(std::string_view(reinterpret_cast<char*>(fixed), sizeof(fixed)));
+    uint64_t id = fr.u64();
+    uint32_t n = fr.u32();
+    uint32_t status_bytes = fr.u32();
+    if (status_bytes > wire::kMaxGroupStatusBytes || status_bytes > h.payload_bytes - sizeof(fixed))
+      return data_loss("bad group reply status length");
+    std::string statuses(status_bytes, '\0');
+    RETURN_IF_ERROR(net::read_exact(c.fd, statuses.data(), statuses.size(), d));
+    uint64_t data_bytes = h.payload_bytes - sizeof(fixed) - status_bytes;
+    std::vector<Piece> group;
+    {
+      std::lock_guard<std::mutex> lock(c.pending_mu);
+      auto it = c.pending.find(id);
+      if (it == c.pending.end() || it->second.size() != n)
+        return data_loss("reply for an unknown group from peer");
+      // Stays in `pending` while bytes land in its memory, so a failure mid-read finishes it.
+      group = it->second;
+    }
+    ByteReader r(statuses);
+    std::vector<Status> op_status;
+    op_status.reserve(n);
+    std::vector<iovec> iov;
+    uint64_t expected_bytes = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      op_status.push_back(read_status(r));
+      if (op_status.back().is_ok() && group[i].kind == OpKind::kRead) {
+        iov.push_back({group[i].local, group[i].length});
+        expected_bytes += group[i].length;
+      }
+    }
+    RETURN_IF_ERROR(r.finish("GROUP_ACK"));
+    if (data_bytes != expected_bytes)
+      return data_loss("group reply of the wrong length");
+    RETURN_IF_ERROR(read_exact_iov(c.fd, std::move(iov), d));
+    {
+      std::lock_guard<std::mutex> lock(c.pending_mu);
+      c.pending.erase(id);
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      sink_->finish(group[i], op_status[i]);
+    }
     return Status::ok();
   }
 
@@ -978,6 +1172,11 @@ class Server {
           s = transport_ == TransportKind::kTcp ? serve_piece(fd, *h)
                                                 : data_loss("data frame on a one-sided transport");
           break;
+        case wire::kWriteGroup:
+        case wire::kReadGroup:
+          s = transport_ == TransportKind::kTcp ? serve_group(fd, *h)
+                                                : data_loss("data frame on a one-sided transport");
+          break;
         case wire::kLease:
           s = transport_ != TransportKind::kTcp ? serve_lease(fd, *h, &leases, &described)
                                                 : data_loss("LEASE on the tcp transport");
@@ -1048,6 +1247,116 @@ class Server {
     Status sent = net::write_all(fd, iov, d);
     if (!is_write && target.is_ok())
       regions_->unpin(region);
+    return sent;
+  }
+
+  // A WRITE_GROUP / READ_GROUP: the whole op table is read and every op checked and pinned
+  // before any payload byte is stored; a refused op's payload goes to a scratch buffer.
+  Status serve_group(const Fd& fd, const net::FrameHeader& h) {
+    bool is_write = h.type == wire::kWriteGroup;
+    if (h.payload_bytes < wire::kGroupHeaderBytes)
+      return data_loss("short group frame");
+    Deadline d = io_deadline(io_timeout_);
+    char fixed[wire::kGroupHeaderBytes];
+    RETURN_IF_ERROR(net::read_exact(fd, fixed, sizeof(fixed), d));
+    ByteReader fr(std::string_view(fixed, sizeof(fixed)));
+    uint64_t id = fr.u64();
+    uint32_t n = fr.u32();
+    if (n == 0 || n > wire::kMaxOpsPerGroup)
+      return data_loss("bad op count in a group frame");
+    uint64_t table_bytes = uint64_t{n} * wire::kGroupOpBytes;
+    if (h.payload_bytes - wire::kGroupHeaderBytes < table_bytes)
+      return data_loss("group frame shorter than its op table");
+    std::string table(table_bytes, '\0');
+    RETURN_IF_ERROR(net::read_exact(fd, table.data(), table.size(), d));
+    uint64_t data_bytes = h.payload_bytes - wire::kGroupHeaderBytes - table_bytes;
+    struct GroupOp {
+      RegionId region;
+      uint64_t length = 0;
+      uint8_t* target = nullptr;  // set when the op was checked and pinned
+      Status status;
+    };
+    std::vector<GroupOp> ops(n);
+    ByteReader r(table);
+    uint64_t total_bytes = 0;
+    for (auto& op : ops) {
+      op.region = RegionId(r.i64());
+      r.u64();
+      op.length = r.u64();
+      if (op.length > wire::kMaxPieceBytes)
+        return data_loss("op longer than a frame in a group frame");
+      total_bytes += op.length;  // <= 256 x 4 MiB: cannot overflow
+    }
+    RETURN_IF_ERROR(r.finish("group op table"));
+    if (data_bytes != (is_write ? total_bytes : 0))
+      return data_loss("group frame length mismatch");
+    if (!is_write && total_bytes > wire::kMaxPieceBytes)
+      return data_loss("READ group asks for more than a frame");
+    // Every op is checked and pinned before any byte moves.
+    ByteReader tr(table);
+    uint64_t max_refused_bytes = 0;
+    for (auto& op : ops) {
+      tr.i64();
+      uint64_t offset = tr.u64();
+      tr.u64();
+      auto pinned = regions_->pin(op.region, offset, op.length);
+      if (pinned.is_ok()) {
+        op.target = *pinned;
+      } else {
+        op.status = pinned.status();
+        max_refused_bytes = std::max(max_refused_bytes, op.length);
+      }
+    }
+    auto unpin_all = [&] {
+      for (auto& op : ops) {
+        if (op.status.is_ok())
+          regions_->unpin(op.region);
+      }
+    };
+    if (is_write) {
+      // Refused payloads all land in one scratch buffer: they are drained, never stored.
+      std::vector<char> scratch(max_refused_bytes);
+      std::vector<iovec> iov;
+      iov.reserve(n);
+      for (auto& op : ops) {
+        iov.push_back(
+            {op.status.is_ok() ? static_cast<void*>(op.target) : static_cast<void*>(scratch.data()),
+             op.length});
+      }
+      Status got = read_exact_iov(fd, std::move(iov), d);
+      // Pairs with the acquire in serve_notify(), as in serve_piece().
+      data_epoch_.fetch_add(1, std::memory_order_release);
+      unpin_all();
+      RETURN_IF_ERROR(got);
+    }
+    ByteWriter statuses;
+    for (auto& op : ops) {
+      write_group_status(statuses, op.status);
+    }
+    ByteWriter w;
+    w.u64(id);
+    w.u32(n);
+    w.u32(static_cast<uint32_t>(statuses.str().size()));
+    std::vector<iovec> iov;
+    iov.reserve(n + 3);
+    uint8_t header[net::kFrameHeaderBytes];
+    iov.push_back({header, sizeof(header)});
+    iov.push_back({w.str().data(), w.str().size()});
+    iov.push_back({statuses.str().data(), statuses.str().size()});
+    uint64_t send_bytes = 0;
+    if (!is_write) {
+      for (auto& op : ops) {
+        if (op.status.is_ok()) {
+          iov.push_back({op.target, op.length});
+          send_bytes += op.length;
+        }
+      }
+    }
+    net::encode_frame_header({wire::kGroupAck, w.str().size() + statuses.str().size() + send_bytes},
+                             header);
+    Status sent = net::write_all(fd, iov, d);
+    if (!is_write)
+      unpin_all();
     return sent;
   }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -87,6 +88,79 @@ TEST_P(EngineTest, WriteThenReadBackWithCoalescing) {
   std::vector<uint8_t> back(64 * 1024);
   ASSERT_TRUE(run(peer, {{OpKind::kRead, back.data(), region_, 4096, back.size()}}).is_ok());
   EXPECT_EQ(std::memcmp(back.data(), local_.data(), back.size()), 0);
+}
+
+// Many small non-adjacent ops in one batch (tcp sends them as grouped frames, one
+// acknowledgement per group): valid and refused ops interleaved, WRITE then READ.
+TEST_P(EngineTest, MixedBatchOfSmallOpsLandsValidOnesAndRefusesTheRest) {
+  PeerId peer = open().value();
+  constexpr uint64_t kSubOffset = 256 << 10;
+  constexpr uint64_t kSubBytes = 128 << 10;
+  constexpr uint64_t kOpBytes = 1024;
+  RegionId sub = target_->register_region(remote_.data() + kSubOffset, kSubBytes).value();
+  for (uint64_t i = 0; i < kBytes; ++i) {
+    local_.data()[i] = static_cast<uint8_t>(i * 13 + 5);
+  }
+  struct Bad {
+    RegionId region;
+    uint64_t offset;
+    StatusCode code;
+  };
+  const Bad bad[] = {
+      {sub, kSubBytes - kOpBytes / 2, StatusCode::kOutOfRange},  // would spill past the end
+      {sub, UINT64_MAX - 10, StatusCode::kOutOfRange},
+      {RegionId(999), 0, StatusCode::kNotFound},
+  };
+  constexpr int kNumGood = static_cast<int>(kSubBytes / (2 * kOpBytes));  // every other KiB
+  std::vector<TransferOp> ops;
+  std::vector<StatusCode> want;
+  for (int k = 0; k < kNumGood; ++k) {
+    ops.push_back({OpKind::kWrite, local_.data() + k * kOpBytes, sub, k * 2 * kOpBytes, kOpBytes});
+    want.push_back(StatusCode::kOk);
+    const Bad& b = bad[k % 3];
+    ops.push_back({OpKind::kWrite, local_.data() + 512 * 1024, b.region, b.offset, kOpBytes});
+    want.push_back(b.code);
+  }
+  BatchStatus st;
+  Status s = run(peer, ops, &st);
+  EXPECT_FALSE(s.is_ok());
+  ASSERT_EQ(st.op_status.size(), ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(st.op_status[i].code(), want[i]) << "op " << i << ": " << st.op_status[i].to_string();
+  }
+  EXPECT_EQ(st.num_bytes, kNumGood * kOpBytes);
+  for (int k = 0; k < kNumGood; ++k) {
+    const uint8_t* at = remote_.data() + kSubOffset + k * 2 * kOpBytes;
+    EXPECT_EQ(std::memcmp(at, local_.data() + k * kOpBytes, kOpBytes), 0) << "op " << 2 * k;
+    for (uint64_t j = 0; j < kOpBytes; ++j) {
+      ASSERT_EQ(at[kOpBytes + j], 0) << "gap after op " << 2 * k << " was written";
+    }
+  }
+  for (uint64_t i = 0; i < kBytes; ++i) {
+    if (i < kSubOffset || i >= kSubOffset + kSubBytes) {
+      ASSERT_EQ(remote_.data()[i], 0) << "byte " << i << " outside the region was written";
+    }
+  }
+
+  // READ the same ops back into a fresh buffer: refused ops leave their destination alone.
+  std::vector<uint8_t> back(2 * kNumGood * kOpBytes, 0xee);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].kind = OpKind::kRead;
+    ops[i].local_addr = back.data() + i * kOpBytes;
+  }
+  s = run(peer, ops, &st);
+  EXPECT_FALSE(s.is_ok());
+  ASSERT_EQ(st.op_status.size(), ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(st.op_status[i].code(), want[i]) << "read op " << i;
+    const uint8_t* got = back.data() + i * kOpBytes;
+    if (i % 2 == 0) {
+      EXPECT_EQ(std::memcmp(got, local_.data() + (i / 2) * kOpBytes, kOpBytes), 0) << i;
+    } else {
+      EXPECT_TRUE(std::all_of(got, got + kOpBytes, [](uint8_t b) { return b == 0xee; })) << i;
+    }
+  }
+  ASSERT_TRUE(target_->unregister_region(sub, Deadline::after_ms(5000)).is_ok());
 }
 
 TEST_P(EngineTest, RefusesBadOpsAndWritesNothing) {
