@@ -114,15 +114,18 @@ void EngineLoop::run() {
       engine_->abort_all();
     }
     Result<std::vector<RequestOutput>> outputs = engine_->step();
-    if (outputs.is_ok()) {
-      deliver(*outputs);
-    } else {
+    if (!outputs.is_ok()) {
       CRESCENT_LOG(kError) << "engine step failed: " << outputs.status().to_string();
       engine_->abort_all();
     }
+    // Publish the stats before delivering, so a client that has seen its final output never
+    // reads counters that predate it.
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_ = engine_->stats();
+    }
+    if (outputs.is_ok()) {
+      deliver(*outputs);
     }
     if (stopping && !engine_->has_unfinished_requests()) {
       std::lock_guard<std::mutex> lock(mu_);

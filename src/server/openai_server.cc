@@ -297,6 +297,15 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
   if (call->first_token_ns == 0 && !out.new_token_ids.empty()) {
     call->first_token_ns = now_ns();
   }
+  // Observed before the final response is written, so /metrics read after it includes it.
+  if (out.finished) {
+    int64_t end_ns = now_ns();
+    double e2e = static_cast<double>(end_ns - call->arrival_ns) * 1e-9;
+    double ttft = call->first_token_ns == 0
+                      ? e2e
+                      : static_cast<double>(call->first_token_ns - call->arrival_ns) * 1e-9;
+    metrics_.observe_finished(out.finish_reason, ttft, e2e, out.num_output_tokens);
+  }
   // Logprobs of this output in the endpoint's shape.
   json chat_logprobs = json::array();
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
@@ -467,12 +476,6 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
     }
   }
   if (out.finished) {
-    int64_t end_ns = now_ns();
-    double e2e = static_cast<double>(end_ns - call->arrival_ns) * 1e-9;
-    double ttft = call->first_token_ns == 0
-                      ? e2e
-                      : static_cast<double>(call->first_token_ns - call->arrival_ns) * 1e-9;
-    metrics_.observe_finished(out.finish_reason, ttft, e2e, out.num_output_tokens);
     num_in_flight_.fetch_sub(1);
   }
 }
