@@ -273,6 +273,48 @@ Status read_exact(const Fd& fd, void* data, size_t bytes, Deadline deadline, std
   return Status::ok();
 }
 
+namespace {
+// Consumes `n` transferred bytes from the front of iov[first..], moving `first` past the
+// buffers that are complete (partial sendmsg/recvmsg).
+void advance_iov(std::vector<iovec>& iov, size_t& first, size_t n) {
+  while (n > 0 && first < iov.size()) {
+    size_t take = std::min(n, iov[first].iov_len);
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+    iov[first].iov_len -= take;
+    n -= take;
+    if (iov[first].iov_len == 0)
+      ++first;
+  }
+}
+}  // namespace
+
+Status read_exact(const Fd& fd, std::span<const iovec> buffers, Deadline deadline) {
+  std::vector<iovec> iov(buffers.begin(), buffers.end());
+  size_t first = 0;
+  while (first < iov.size()) {
+    if (iov[first].iov_len == 0) {
+      ++first;
+      continue;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    ssize_t n = ::recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+    if (n == 0)
+      return unavailable("connection closed by peer");
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return errno_status("recv", errno);
+      RETURN_IF_ERROR(wait_ready(fd.get(), POLLIN, deadline));
+      continue;
+    }
+    advance_iov(iov, first, static_cast<size_t>(n));
+  }
+  return Status::ok();
+}
+
 Status write_all(const Fd& fd, std::span<const iovec> buffers, Deadline deadline) {
   std::vector<iovec> iov(buffers.begin(), buffers.end());
   size_t first = 0;
@@ -293,15 +335,7 @@ Status write_all(const Fd& fd, std::span<const iovec> buffers, Deadline deadline
       RETURN_IF_ERROR(wait_ready(fd.get(), POLLOUT, deadline));
       continue;
     }
-    auto left = static_cast<size_t>(n);
-    while (left > 0 && first < iov.size()) {
-      size_t take = std::min(left, iov[first].iov_len);
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      left -= take;
-      if (iov[first].iov_len == 0)
-        ++first;
-    }
+    advance_iov(iov, first, static_cast<size_t>(n));
   }
   return Status::ok();
 }

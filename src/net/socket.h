@@ -64,6 +64,8 @@ void tune_tcp_stream(const Fd& fd);
 // alongside these bytes are appended to it.
 Status read_exact(const Fd& fd, void* data, size_t bytes, Deadline deadline,
                   std::vector<Fd>* fds = nullptr);
+// Fills all of the buffers in order (a scatter read straight into them), same statuses.
+Status read_exact(const Fd& fd, std::span<const iovec> buffers, Deadline deadline);
 // Writes all of the buffers in order (scatter-gather; no copy into a staging buffer).
 Status write_all(const Fd& fd, std::span<const iovec> buffers, Deadline deadline);
 Status write_all(const Fd& fd, const void* data, size_t bytes, Deadline deadline);

@@ -68,47 +68,6 @@ Status read_status(ByteReader& r) {
   return Status(static_cast<StatusCode>(code), "peer: " + msg);
 }
 
-// Receives exactly the bytes of `buffers` (a scatter read; DeadlineExceeded at `deadline`).
-Status read_exact_iov(const Fd& fd, std::vector<iovec> iov, Deadline deadline) {
-  size_t first = 0;
-  while (first < iov.size()) {
-    if (iov[first].iov_len == 0) {
-      ++first;
-      continue;
-    }
-    msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    ssize_t n = ::recvmsg(fd.get(), &msg, MSG_DONTWAIT);
-    if (n == 0)
-      return unavailable("connection closed by peer");
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        return unavailable(std::string("recv: ") + std::strerror(errno));
-      pollfd p{fd.get(), POLLIN, 0};
-      int64_t ms = deadline.remaining_ms();
-      if (deadline.is_expired())
-        return deadline_exceeded("socket wait timed out");
-      int rc = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(ms, 1, 1000)));
-      if (rc < 0 && errno != EINTR)
-        return unavailable(std::string("poll: ") + std::strerror(errno));
-      continue;
-    }
-    auto left = static_cast<size_t>(n);
-    while (left > 0 && first < iov.size()) {
-      size_t take = std::min(left, iov[first].iov_len);
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      left -= take;
-      if (iov[first].iov_len == 0)
-        ++first;
-    }
-  }
-  return Status::ok();
-}
-
 // A status in a GROUP_ACK: its text is cut so that a whole group's statuses stay bounded.
 void write_group_status(ByteWriter& w, const Status& s) {
   std::string_view msg = s.is_ok() ? std::string_view() : std::string_view(s.message());
@@ -674,7 +633,7 @@ class TcpLink final : public Link {
     RETURN_IF_ERROR(r.finish("GROUP_ACK"));
     if (data_bytes != expected_bytes)
       return data_loss("group reply of the wrong length");
-    RETURN_IF_ERROR(read_exact_iov(c.fd, std::move(iov), d));
+    RETURN_IF_ERROR(net::read_exact(c.fd, iov, d));
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       c.pending.erase(id);
@@ -1323,7 +1282,7 @@ class Server {
             {op.status.is_ok() ? static_cast<void*>(op.target) : static_cast<void*>(scratch.data()),
              op.length});
       }
-      Status got = read_exact_iov(fd, std::move(iov), d);
+      Status got = net::read_exact(fd, iov, d);
       // Pairs with the acquire in serve_notify(), as in serve_piece().
       data_epoch_.fetch_add(1, std::memory_order_release);
       unpin_all();
