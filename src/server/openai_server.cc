@@ -49,6 +49,45 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
+// Logprobs of a run of tokens in the shape of one endpoint: chat's "content" list, or the
+// completions' parallel arrays with text offsets counted from `*offset`.
+json shape_logprobs(const EngineClient& engine, const std::vector<TokenLogprobs>& logprobs,
+                    bool chat, size_t* offset) {
+  json content = json::array(), tokens = json::array(), token_logprobs = json::array(),
+       top_logprobs = json::array(), text_offsets = json::array();
+  for (const auto& lp : logprobs) {
+    std::string token = engine.token_text(lp.sampled.token_id);
+    if (chat) {
+      json top = json::array();
+      for (const auto& t : lp.top) {
+        std::string s = engine.token_text(t.token_id);
+        top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
+      }
+      content.push_back({{"token", token},
+                         {"logprob", lp.sampled.logprob},
+                         {"bytes", bytes_of(token)},
+                         {"top_logprobs", top}});
+    } else {
+      json top = json::object();
+      for (const auto& t : lp.top) {
+        top[engine.token_text(t.token_id)] = t.logprob;
+      }
+      tokens.push_back(token);
+      token_logprobs.push_back(lp.sampled.logprob);
+      top_logprobs.push_back(top);
+      text_offsets.push_back(*offset);
+      *offset += token.size();
+    }
+  }
+  if (chat) {
+    return json{{"content", std::move(content)}};
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top_logprobs)},
+              {"text_offset", std::move(text_offsets)}};
+}
+
 }  // namespace
 
 // One generation request from arrival to its last byte.
@@ -306,48 +345,10 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
                       : static_cast<double>(call->first_token_ns - call->arrival_ns) * 1e-9;
     metrics_.observe_finished(out.finish_reason, ttft, e2e, out.num_output_tokens);
   }
-  // Logprobs of this output in the endpoint's shape.
-  json chat_logprobs = json::array();
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
-       text_offsets = json::array();
-  if (req.want_logprobs) {
-    for (const auto& lp : out.logprobs) {
-      std::string token = call->engine->token_text(lp.sampled.token_id);
-      if (chat) {
-        json top = json::array();
-        for (const auto& t : lp.top) {
-          std::string s = call->engine->token_text(t.token_id);
-          top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
-        }
-        chat_logprobs.push_back({{"token", token},
-                                 {"logprob", lp.sampled.logprob},
-                                 {"bytes", bytes_of(token)},
-                                 {"top_logprobs", top}});
-      } else {
-        json top = json::object();
-        for (const auto& t : lp.top) {
-          top[call->engine->token_text(t.token_id)] = t.logprob;
-        }
-        tokens.push_back(token);
-        token_logprobs.push_back(lp.sampled.logprob);
-        top_logprobs.push_back(top);
-        text_offsets.push_back(call->text_offset);
-        call->text_offset += token.size();
-      }
-    }
-  }
-  auto logprobs_json = [&](json content, json toks, json tlps, json tops, json offs) -> json {
-    if (!req.want_logprobs) {
-      return nullptr;
-    }
-    if (chat) {
-      return json{{"content", std::move(content)}};
-    }
-    return json{{"tokens", std::move(toks)},
-                {"token_logprobs", std::move(tlps)},
-                {"top_logprobs", std::move(tops)},
-                {"text_offset", std::move(offs)}};
-  };
+  // Logprobs of this output in the endpoint's shape (null unless asked for).
+  json output_logprobs = req.want_logprobs
+                             ? shape_logprobs(*call->engine, out.logprobs, chat, &call->text_offset)
+                             : json(nullptr);
   json finish_reason = out.finished
                            ? json(out.finish_reason == "error" ? "abort" : out.finish_reason)
                            : json(nullptr);
@@ -383,10 +384,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       send_event(error_json(
           make_error(500, "generation failed: " + out.error_message, "internal_server_error")));
     } else if (!out.new_text.empty() || !out.new_token_ids.empty() || out.finished) {
-      json choice = {{"index", 0},
-                     {"logprobs", logprobs_json(chat_logprobs, tokens, token_logprobs, top_logprobs,
-                                                text_offsets)},
-                     {"finish_reason", finish_reason}};
+      json choice = {{"index", 0}, {"logprobs", output_logprobs}, {"finish_reason", finish_reason}};
       if (chat) {
         choice["delta"] = out.new_text.empty() ? json::object() : json{{"content", out.new_text}};
       } else {
@@ -420,39 +418,14 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
                   dump_json(error_json(make_error(500, "generation failed: " + out.error_message,
                                                   "internal_server_error"))));
       } else {
-        // Shape all logprobs at once.
-        json all_chat = json::array(), all_tokens = json::array(), all_tlps = json::array(),
-             all_tops = json::array(), all_offs = json::array();
         size_t offset = 0;
-        for (const auto& lp : call->logprobs) {
-          std::string token = call->engine->token_text(lp.sampled.token_id);
-          if (chat) {
-            json top = json::array();
-            for (const auto& t : lp.top) {
-              std::string s = call->engine->token_text(t.token_id);
-              top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
-            }
-            all_chat.push_back({{"token", token},
-                                {"logprob", lp.sampled.logprob},
-                                {"bytes", bytes_of(token)},
-                                {"top_logprobs", top}});
-          } else {
-            json top = json::object();
-            for (const auto& t : lp.top) {
-              top[call->engine->token_text(t.token_id)] = t.logprob;
-            }
-            all_tokens.push_back(token);
-            all_tlps.push_back(lp.sampled.logprob);
-            all_tops.push_back(top);
-            all_offs.push_back(offset);
-            offset += token.size();
-          }
-        }
-        json choice = {
-            {"index", 0},
-            {"logprobs", logprobs_json(all_chat, all_tokens, all_tlps, all_tops, all_offs)},
-            {"finish_reason", finish_reason},
-            {"stop_reason", stop_reason}};
+        json all_logprobs = req.want_logprobs
+                                ? shape_logprobs(*call->engine, call->logprobs, chat, &offset)
+                                : json(nullptr);
+        json choice = {{"index", 0},
+                       {"logprobs", all_logprobs},
+                       {"finish_reason", finish_reason},
+                       {"stop_reason", stop_reason}};
         if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", call->text}};
         } else {
