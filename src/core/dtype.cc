@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace crescent {
 
@@ -58,6 +59,38 @@ uint16_t float_to_f16(float f) {
   }
   uint32_t rounded = abs + 0xfff + ((abs >> 13) & 1);
   return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+void dtype_to_float(DType dtype, const void* data, int64_t num_elements, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, data, static_cast<size_t>(num_elements) * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* p = static_cast<const uint16_t*>(data);
+      for (int64_t i = 0; i < num_elements; ++i) {
+        out[i] = f16_to_float(p[i]);
+      }
+      return;
+    }
+    case DType::kBF16: {
+      const auto* p = static_cast<const uint16_t*>(data);
+      for (int64_t i = 0; i < num_elements; ++i) {
+        out[i] = bf16_to_float(p[i]);
+      }
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* blocks = static_cast<const Q8Block*>(data);
+      for (int64_t b = 0; b < num_elements / kQ8BlockSize; ++b) {
+        float scale = f16_to_float(blocks[b].scale_f16);
+        for (int64_t i = 0; i < kQ8BlockSize; ++i) {
+          out[b * kQ8BlockSize + i] = scale * static_cast<float>(blocks[b].quants[i]);
+        }
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace crescent

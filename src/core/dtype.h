@@ -51,4 +51,7 @@ inline uint16_t float_to_bf16(float f) {
 float f16_to_float(uint16_t h);
 uint16_t float_to_f16(float f);
 
+// Converts num_elements values of `dtype` at data to float (a multiple of 32 for Q8_0).
+void dtype_to_float(DType dtype, const void* data, int64_t num_elements, float* out);
+
 }  // namespace crescent

@@ -46,34 +46,7 @@ Result<TensorView> require_tensor(const TensorSource& source, const std::string&
 }
 
 void tensor_to_float(const TensorView& view, float* out) {
-  const int64_t n = view.num_elements();
-  switch (view.dtype) {
-    case DType::kF32:
-      std::memcpy(out, view.data, static_cast<size_t>(n) * 4);
-      return;
-    case DType::kF16: {
-      const auto* p = static_cast<const uint16_t*>(view.data);
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = f16_to_float(p[i]);
-      return;
-    }
-    case DType::kBF16: {
-      const auto* p = static_cast<const uint16_t*>(view.data);
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = bf16_to_float(p[i]);
-      return;
-    }
-    case DType::kQ8_0: {
-      const auto* blocks = static_cast<const Q8Block*>(view.data);
-      for (int64_t b = 0; b < n / kQ8BlockSize; ++b) {
-        float scale = f16_to_float(blocks[b].scale_f16);
-        for (int64_t i = 0; i < kQ8BlockSize; ++i) {
-          out[b * kQ8BlockSize + i] = scale * static_cast<float>(blocks[b].quants[i]);
-        }
-      }
-      return;
-    }
-  }
+  dtype_to_float(view.dtype, view.data, view.num_elements(), out);
 }
 
 std::vector<float> tensor_to_float(const TensorView& view) {

@@ -13,45 +13,10 @@ std::string layer_name(int layer, const char* suffix) {
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
 
-// Converts any supported tensor to float (norm weights, biases, embedding rows).
-void convert_to_floats(DType dtype, const void* data, int64_t num_elements, float* out) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(out, data, static_cast<size_t>(num_elements) * sizeof(float));
-      return;
-    case DType::kF16: {
-      const auto* src = static_cast<const uint16_t*>(data);
-      for (int64_t i = 0; i < num_elements; ++i) {
-        out[i] = f16_to_float(src[i]);
-      }
-      return;
-    }
-    case DType::kBF16: {
-      const auto* src = static_cast<const uint16_t*>(data);
-      for (int64_t i = 0; i < num_elements; ++i) {
-        out[i] = bf16_to_float(src[i]);
-      }
-      return;
-    }
-    case DType::kQ8_0: {
-      const auto* blocks = static_cast<const Q8Block*>(data);
-      for (int64_t b = 0; b < num_elements / kQ8BlockSize; ++b) {
-        float scale = f16_to_float(blocks[b].scale_f16);
-        for (int64_t j = 0; j < kQ8BlockSize; ++j) {
-          out[b * kQ8BlockSize + j] = scale * static_cast<float>(blocks[b].quants[j]);
-        }
-      }
-      return;
-    }
-  }
-}
-
 Result<std::vector<float>> load_vector(const TensorSource& src, const std::string& name,
                                        int64_t size) {
   ASSIGN_OR_RETURN(TensorView t, require_tensor(src, name, {size}));
-  std::vector<float> out(static_cast<size_t>(size));
-  convert_to_floats(t.dtype, t.data, size, out.data());
-  return out;
+  return tensor_to_float(t);
 }
 
 kernels::WeightFormat choose_format(TransformerOptions::Weights w, DType source) {
@@ -92,7 +57,7 @@ Result<kernels::PackedWeight> pack_rows(const std::vector<TensorView>& parts, in
   std::vector<float> joined(static_cast<size_t>(rows * cols));
   int64_t row = 0;
   for (const auto& p : parts) {
-    convert_to_floats(p.dtype, p.data, p.shape[0] * cols, joined.data() + row * cols);
+    dtype_to_float(p.dtype, p.data, p.shape[0] * cols, joined.data() + row * cols);
     row += p.shape[0];
   }
   return kernels::pack_weight(joined.data(), DType::kF32, rows, cols, format);
@@ -225,8 +190,8 @@ void Transformer::embed(std::span<const int32_t> token_ids, float* out) const {
   const int64_t row_bytes = dtype_num_bytes(embed_tokens_.dtype, hidden);
   const auto* base = static_cast<const uint8_t*>(embed_tokens_.data);
   for (size_t i = 0; i < token_ids.size(); ++i) {
-    convert_to_floats(embed_tokens_.dtype, base + token_ids[i] * row_bytes, hidden,
-                      out + static_cast<int64_t>(i) * hidden);
+    dtype_to_float(embed_tokens_.dtype, base + token_ids[i] * row_bytes, hidden,
+                   out + static_cast<int64_t>(i) * hidden);
   }
 }
 
