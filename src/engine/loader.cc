@@ -1,25 +1,22 @@
 #include "engine/loader.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/logging.h"
 #include "engine/tokenizer_detokenizer.h"
 #include "model/model_files.h"
+#include "model/tensor_source.h"
 
 namespace crescent::engine {
 namespace {
 
 // generation_config.json may list more end-of-sequence ids than config.json (Qwen2.5 does).
 void merge_generation_config_eos(const std::string& model_dir, std::vector<int32_t>& eos) {
-  std::ifstream in(model_dir + "/generation_config.json");
-  if (!in)
-    return;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = model::read_file_to_string(model_dir + "/generation_config.json");
+  if (!text.is_ok())
+    return;  // optional file
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id"))
     return;
   auto add = [&](const nlohmann::json& v) {
