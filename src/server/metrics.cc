@@ -1,47 +1,8 @@
 #include "server/metrics.h"
 
-#include <cstdio>
-
 namespace crescent::server {
-namespace {
-
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
-}
-
-void header(std::string* out, const std::string& name, const char* type, const char* help) {
-  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-}
-
-}  // namespace
-
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
-
-void Histogram::observe(double value) {
-  size_t i = 0;
-  while (i < upper_bounds_.size() && value > upper_bounds_[i]) {
-    ++i;
-  }
-  ++counts_[i];
-  sum_ += value;
-  ++count_;
-}
-
-void Histogram::render(const std::string& name, std::string* out) const {
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < upper_bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    *out += name + "_bucket{le=\"" + number(upper_bounds_[i]) + "\"} " +
-            std::to_string(cumulative) + "\n";
-  }
-  cumulative += counts_.back();
-  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-  *out += name + "_sum " + number(sum_) + "\n";
-  *out += name + "_count " + std::to_string(count_) + "\n";
-}
+using prometheus::append_header;
+using prometheus::format_number;
 
 ServerMetrics::ServerMetrics()
     // vLLM's buckets.
@@ -75,12 +36,12 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
   std::string out;
   std::string label = "{model_name=\"" + model_name + "\"}";
   auto gauge = [&](const std::string& name, const char* help, double v) {
-    header(&out, name, "gauge", help);
-    out += name + label + " " + number(v) + "\n";
+    append_header(&out, name, "gauge", help);
+    out += name + label + " " + format_number(v) + "\n";
   };
   auto counter = [&](const std::string& name, const char* help, double v) {
-    header(&out, name, "counter", help);
-    out += name + label + " " + number(v) + "\n";
+    append_header(&out, name, "counter", help);
+    out += name + label + " " + format_number(v) + "\n";
   };
   gauge("crescent_num_requests_running", "Requests the engine is running.", engine.num_running);
   gauge("crescent_num_requests_waiting", "Requests waiting to be scheduled.", engine.num_waiting);
@@ -104,27 +65,27 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
           static_cast<double>(engine.num_preemptions_total));
 
   std::lock_guard<std::mutex> lock(mu_);
-  header(&out, "crescent_request_success_total", "counter",
-         "Finished generation requests by finish reason.");
+  append_header(&out, "crescent_request_success_total", "counter",
+                "Finished generation requests by finish reason.");
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     auto it = finished_by_reason_.find(reason);
     out += std::string("crescent_request_success_total{model_name=\"") + model_name +
            "\",finished_reason=\"" + reason + "\"} " +
            std::to_string(it == finished_by_reason_.end() ? 0 : it->second) + "\n";
   }
-  header(&out, "crescent_http_responses_total", "counter", "HTTP responses by status code.");
+  append_header(&out, "crescent_http_responses_total", "counter", "HTTP responses by status code.");
   for (const auto& [status, n] : http_by_status_) {
     out += "crescent_http_responses_total{status=\"" + std::to_string(status) + "\"} " +
            std::to_string(n) + "\n";
   }
-  header(&out, "crescent_time_to_first_token_seconds", "histogram",
-         "Time from arrival to the first output token.");
+  append_header(&out, "crescent_time_to_first_token_seconds", "histogram",
+                "Time from arrival to the first output token.");
   ttft_.render("crescent_time_to_first_token_seconds", &out);
-  header(&out, "crescent_time_per_output_token_seconds", "histogram",
-         "Mean time between output tokens, per request.");
+  append_header(&out, "crescent_time_per_output_token_seconds", "histogram",
+                "Mean time between output tokens, per request.");
   tpot_.render("crescent_time_per_output_token_seconds", &out);
-  header(&out, "crescent_e2e_request_latency_seconds", "histogram",
-         "Time from arrival to the last output token.");
+  append_header(&out, "crescent_e2e_request_latency_seconds", "histogram",
+                "Time from arrival to the last output token.");
   e2e_.render("crescent_e2e_request_latency_seconds", &out);
   return out;
 }

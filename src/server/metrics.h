@@ -11,23 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/prometheus.h"
 #include "server/engine_client.h"
 
 namespace crescent::server {
 
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> upper_bounds);
-  void observe(double value);
-  // Appends the _bucket, _sum and _count lines.
-  void render(const std::string& name, std::string* out) const;
-
- private:
-  std::vector<double> upper_bounds_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
-};
+using prometheus::Histogram;
 
 class ServerMetrics {
  public:

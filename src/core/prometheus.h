@@ -1,0 +1,38 @@
+#pragma once
+// Pieces of the Prometheus text exposition format (version 0.0.4) that every module's
+// /metrics uses: a fixed-bucket histogram and the HELP/TYPE header and sample lines.
+// Histogram is not thread-safe; guard it with the owner's lock.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace crescent::prometheus {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends the _bucket, _sum and _count lines.
+  void render(const std::string& name, std::string* out) const;
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<double> upper_bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// "%.9g": what Prometheus parses back to the same double for the values we emit.
+std::string format_number(double v);
+// Appends "# HELP name help\n# TYPE name type\n".
+void append_header(std::string* out, const std::string& name, const char* type, const char* help);
+// Appends one "name value\n" sample (name may carry {labels}).
+void append_sample(std::string* out, const std::string& name, double value);
+
+// Bucket bounds in seconds for latencies from sub-millisecond to minutes.
+std::vector<double> latency_buckets_seconds();
+
+}  // namespace crescent::prometheus
