@@ -1,0 +1,76 @@
+#pragma once
+// Blocking client of the bootstrap server (bootstrap_server.h), for worker threads: register a
+// worker's transfer address, query the whole table, and resolve an engine id to the address
+// of its tp 0 / pp 0 worker with a cache shared by all threads (EngineResolver).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace crescent::bootstrap {
+
+struct WorkerRegistration {
+  std::string engine_id;
+  int dp_rank = 0;
+  int tp_rank = 0;
+  int pp_rank = 0;
+  std::string addr;  // "tcp://host:port"
+};
+
+struct DpEntry {
+  std::string engine_id;
+  std::map<int, std::map<int, std::string>> worker_addr;  // tp -> pp -> "tcp://host:port"
+};
+using QueryResult = std::map<int, DpEntry>;  // dp rank -> entry
+
+// "tcp://host:port" -> {host, port}. InvalidArgument (naming the input) otherwise.
+Result<std::pair<std::string, int>> parse_tcp_addr(std::string_view addr);
+// "http://host:port" or "http://host:port/" -> {host, port}. InvalidArgument otherwise.
+Result<std::pair<std::string, int>> parse_http_url(std::string_view url);
+
+// One attempt each. `url` is "http://host:port".
+// register_worker: OK on 200; InvalidArgument with the server's reason on 400 (a conflict or
+// a bad field); Unavailable when the server cannot be reached; DeadlineExceeded past deadline.
+Status register_worker(const std::string& url, const WorkerRegistration& registration,
+                       Deadline deadline);
+// The whole table. Unavailable on 503 (not every dp rank registered yet) or when unreachable;
+// DataLoss when the answer is not the documented shape.
+Result<QueryResult> query(const std::string& url, Deadline deadline);
+
+// Retries register_worker with exponential backoff (100 ms doubling to 2 s) until OK, a 400
+// (returned at once, not retried) or the deadline (DeadlineExceeded naming the last failure).
+Status register_with_retry(const std::string& url, const WorkerRegistration& registration,
+                           Deadline deadline);
+
+// Resolves engine_id -> "tcp://ip:port" of its tp 0, pp 0 worker through a bootstrap url,
+// caching answers. Concurrent resolve() calls for the same (url, engine_id) collapse into one
+// query; the others wait for its result (up to their own deadlines). Failures are not cached.
+// Thread-safe.
+class EngineResolver {
+ public:
+  EngineResolver();
+  ~EngineResolver();
+  EngineResolver(const EngineResolver&) = delete;
+  EngineResolver& operator=(const EngineResolver&) = delete;
+
+  // NotFound (naming the engine id and url) when the bootstrap answers without it;
+  // Unavailable when it is unreachable or not ready; DeadlineExceeded past the deadline.
+  Result<std::string> resolve(const std::string& url, const std::string& engine_id,
+                              Deadline deadline);
+  // Drops a cached answer (e.g. after the peer turned out dead); the next resolve() queries.
+  void invalidate(const std::string& url, const std::string& engine_id);
+  // Queries actually sent (for tests).
+  int64_t num_queries() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crescent::bootstrap

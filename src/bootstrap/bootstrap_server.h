@@ -1,0 +1,45 @@
+#pragma once
+// The bootstrap server: a small HTTP service where every prefill worker registers the address
+// of its transfer endpoint, and where decode workers (and the proxy) look those addresses up.
+// Wire shapes are vLLM Mooncake's (DESIGN.md §3, docs/bootstrap.md):
+//   POST /register {"engine_id","dp_rank","tp_rank","pp_rank","addr"} -> 200 {"status":"ok"}
+//   GET  /query  -> 200 {"<dp>": {"engine_id", "worker_addr": {"<tp>": {"<pp>": addr}}}},
+//                   503 until every expected dp rank has registered
+//   GET  /health -> 200 while the process serves HTTP (not a readiness signal: use /query)
+// Registrations live in memory only. Thread-safe; stop() (or destruction) closes everything.
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace crescent::bootstrap {
+
+struct BootstrapServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8998;  // 0: any free port (see BootstrapServer::port())
+  // dp ranks 0..expected_dp_ranks-1 must all register before /query answers 200.
+  int expected_dp_ranks = 1;
+  int threads = 1;  // HTTP I/O threads
+};
+
+class BootstrapServer {
+ public:
+  // Binds and starts serving. InvalidArgument for bad options, Unavailable if the port is taken.
+  static Result<std::unique_ptr<BootstrapServer>> start(BootstrapServerOptions options);
+  ~BootstrapServer();
+  BootstrapServer(const BootstrapServer&) = delete;
+  BootstrapServer& operator=(const BootstrapServer&) = delete;
+
+  int port() const;
+  std::string url() const;  // "http://HOST:PORT"
+  // Closes the listener and every connection. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  explicit BootstrapServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crescent::bootstrap
