@@ -36,6 +36,21 @@ void merge_generation_config_eos(const std::string& model_dir, std::vector<int32
   }
 }
 
+// The bytes TransformerRunner::create will want for these options: whole blocks only.
+Result<int64_t> kv_cache_num_bytes(const model::Transformer& model, const KvCacheOptions& kv) {
+  if (kv.block_size <= 0 || kv.block_size > 1024) {
+    return invalid_argument("block size must be in [1, 1024], got " +
+                            std::to_string(kv.block_size));
+  }
+  const int64_t block_bytes = model.kv_layout(kv.block_size).block_num_bytes();
+  const int64_t num_blocks = kv.num_blocks > 0 ? kv.num_blocks : kv.kv_cache_bytes / block_bytes;
+  if (num_blocks < 1) {
+    return invalid_argument("KV cache budget of " + std::to_string(kv.kv_cache_bytes) +
+                            " bytes holds no block of " + std::to_string(block_bytes) + " bytes");
+  }
+  return std::min<int64_t>(num_blocks, INT32_MAX / 2) * block_bytes;
+}
+
 std::string directory_of(const std::string& path) {
   auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
@@ -64,7 +79,13 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
                             " tokens but the model's vocab_size is " +
                             std::to_string(config.vocab_size));
   }
-  ASSIGN_OR_RETURN(loaded->runner, TransformerRunner::create(*loaded->model, options.kv_cache));
+  std::optional<KvCacheMemory> kv_memory;
+  if (options.allocate_kv_memory) {
+    ASSIGN_OR_RETURN(int64_t kv_bytes, kv_cache_num_bytes(*loaded->model, options.kv_cache));
+    ASSIGN_OR_RETURN(kv_memory, options.allocate_kv_memory(kv_bytes));
+  }
+  ASSIGN_OR_RETURN(loaded->runner, TransformerRunner::create(*loaded->model, options.kv_cache,
+                                                             std::move(kv_memory)));
 
   EngineOptions& e = loaded->engine_options;
   e.block_size = options.kv_cache.block_size;

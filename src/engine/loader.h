@@ -4,6 +4,8 @@
 // with the model's limits and end-of-sequence ids. Used by `crescent generate`, `crescent
 // serve` and the benchmarks, so they all load a model the same way.
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +28,12 @@ struct LoadOptions {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
+  // Where the runner's KV cache lives. Empty: private anonymous memory. Set by `crescent serve
+  // --role prefill|decode` to put the cache in memory the transfer engine can register/share.
+  // Called once with the exact byte count the cache needs (block count x block bytes, or
+  // kv_cache.kv_cache_bytes when kv_cache.num_blocks is 0); the result must be at least that
+  // large and lives until the runner is destroyed (its release runs then).
+  std::function<Result<KvCacheMemory>(int64_t num_bytes)> allocate_kv_memory;
 };
 
 // Owns the pieces; the runner refers to the model and the engine to the runner, so keep the
