@@ -13,6 +13,8 @@ APT_PACKAGES=(
   libucx-dev ucx-utils
   clang-format clang-tidy
   iproute2
+  # The reference proxy (vLLM's, Python) drives crescent P and D in scripts/reference_proxy_check.sh.
+  python3 python3-fastapi python3-httpx python3-uvicorn
 )
 # Node.js may come from Debian or from another packaging that bundles npm: ask for the
 # commands, not for package names.
