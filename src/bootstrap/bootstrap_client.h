@@ -34,17 +34,21 @@ Result<std::pair<std::string, int>> parse_tcp_addr(std::string_view addr);
 // "http://host:port" or "http://host:port/" -> {host, port}. InvalidArgument otherwise.
 Result<std::pair<std::string, int>> parse_http_url(std::string_view url);
 
-// One attempt each. `url` is "http://host:port".
-// register_worker: OK on 200; InvalidArgument with the server's reason on 400 (a conflict or
-// a bad field); Unavailable when the server cannot be reached; DeadlineExceeded past deadline.
+// One attempt each. `url` is "http://host:port" (InvalidArgument otherwise).
+// register_worker: OK on 200; AlreadyExists with the server's reason when the registration
+// conflicts with an earlier one (400); InvalidArgument when a field is bad (400);
+// Unavailable when the server cannot be reached or answers 5xx; DeadlineExceeded past the
+// deadline; FailedPrecondition when the url is not a bootstrap server (404/405).
 Status register_worker(const std::string& url, const WorkerRegistration& registration,
                        Deadline deadline);
-// The whole table. Unavailable on 503 (not every dp rank registered yet) or when unreachable;
-// DataLoss when the answer is not the documented shape.
+// The whole table. Unavailable on 503 (not every dp rank registered yet; the message lists
+// the missing ones) or when unreachable; DataLoss when the answer is not the documented shape.
 Result<QueryResult> query(const std::string& url, Deadline deadline);
 
-// Retries register_worker with exponential backoff (100 ms doubling to 2 s) until OK, a 400
-// (returned at once, not retried) or the deadline (DeadlineExceeded naming the last failure).
+// Retries register_worker with exponential backoff (100 ms doubling to 2 s; each attempt at
+// most 5 s) while it fails with Unavailable or DeadlineExceeded, until OK, any other failure
+// (a 400 conflict or bad field: returned at once) or the deadline (DeadlineExceeded naming
+// the number of attempts and the last failure).
 Status register_with_retry(const std::string& url, const WorkerRegistration& registration,
                            Deadline deadline);
 

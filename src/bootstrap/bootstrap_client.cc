@@ -1,0 +1,121 @@
+// One HTTP connection per call: registration and queries are rare (start-up, first request
+// for an engine), so there is nothing to gain from pooling and nothing to go stale.
+
+#include "bootstrap/bootstrap_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "bootstrap/wire.h"
+#include "core/logging.h"
+#include "net/http/http_client.h"
+
+namespace crescent::bootstrap {
+namespace {
+
+constexpr int64_t kFirstBackoffMs = 100;
+constexpr int64_t kMaxBackoffMs = 2000;
+// One attempt of register_with_retry gives up after this long, so a hung server costs a retry
+// rather than the whole deadline.
+constexpr int64_t kAttemptTimeoutMs = 5000;
+
+Deadline earlier(Deadline a, Deadline b) {
+  return a.when() < b.when() ? a : b;
+}
+
+Result<net::http::Response> call(const std::string& url, std::string_view method,
+                                 std::string_view target, std::string body, Deadline deadline) {
+  ASSIGN_OR_RETURN(auto host_port, parse_http_url(url));
+  net::http::HttpClient client(host_port.first, host_port.second);
+  net::http::Headers headers;
+  if (!body.empty()) {
+    headers["Content-Type"] = "application/json";
+  }
+  auto response = client.request(method, target, std::move(body), headers, deadline);
+  if (!response.is_ok()) {
+    return response.status().with_context("bootstrap " + std::string(method) + " " + url +
+                                          std::string(target));
+  }
+  return response;
+}
+
+// A non-200 answer as a Status: 503 and other 5xx may pass (Unavailable); 4xx will not.
+Status status_of(const net::http::Response& response, const std::string& what) {
+  ErrorBody error = parse_error_json(response.body);
+  std::string message =
+      what + " answered " + std::to_string(response.status) + ": " + error.message;
+  if (response.status >= 500) {
+    return unavailable(message);
+  }
+  if (error.code == "registration_conflict") {
+    return already_exists(message);
+  }
+  if (response.status == 404 || response.status == 405) {
+    return failed_precondition(message + " (is this a bootstrap server?)");
+  }
+  return invalid_argument(message);
+}
+
+}  // namespace
+
+Status register_worker(const std::string& url, const WorkerRegistration& registration,
+                       Deadline deadline) {
+  const std::string what = "bootstrap POST " + url + "/register";
+  ASSIGN_OR_RETURN(auto response,
+                   call(url, "POST", "/register", registration_json(registration), deadline));
+  if (response.status != 200) {
+    return status_of(response, what);
+  }
+  return Status::ok();
+}
+
+Result<QueryResult> query(const std::string& url, Deadline deadline) {
+  const std::string what = "bootstrap GET " + url + "/query";
+  ASSIGN_OR_RETURN(auto response, call(url, "GET", "/query", "", deadline));
+  if (response.status != 200) {
+    return status_of(response, what);
+  }
+  auto parsed = parse_query_json(response.body);
+  if (!parsed.is_ok()) {
+    return parsed.status().with_context(what);
+  }
+  return parsed;
+}
+
+Status register_with_retry(const std::string& url, const WorkerRegistration& registration,
+                           Deadline deadline) {
+  RETURN_IF_ERROR(parse_http_url(url));
+  int64_t backoff_ms = kFirstBackoffMs;
+  int num_attempts = 0;
+  Status last;
+  auto gave_up = [&] {
+    return deadline_exceeded("registering engine '" + registration.engine_id + "' dp " +
+                             std::to_string(registration.dp_rank) + " with " + url +
+                             " failed after " + std::to_string(num_attempts) +
+                             " attempt(s); last: " + last.to_string());
+  };
+  while (true) {
+    ++num_attempts;
+    last = register_worker(url, registration,
+                           earlier(deadline, Deadline::after_ms(kAttemptTimeoutMs)));
+    bool may_pass =
+        last.code() == StatusCode::kUnavailable || last.code() == StatusCode::kDeadlineExceeded;
+    if (last.is_ok() || !may_pass) {
+      return last;
+    }
+    if (deadline.is_expired()) {
+      return gave_up();
+    }
+    CRESCENT_LOG(kDebug) << "bootstrap: " << last.to_string() << "; retrying in " << backoff_ms
+                         << " ms";
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(
+        std::chrono::milliseconds(backoff_ms), deadline.remaining()));
+    if (deadline.is_expired()) {
+      return gave_up();
+    }
+    backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
+  }
+}
+
+}  // namespace crescent::bootstrap

@@ -1,0 +1,166 @@
+// Routes the three endpoints onto WorkerRegistry. Handlers run on the HTTP I/O threads and
+// only take the registry's mutex briefly, so they never block.
+
+#include "bootstrap/bootstrap_server.h"
+
+#include <string>
+#include <utility>
+
+#include "bootstrap/wire.h"
+#include "bootstrap/worker_registry.h"
+#include "core/logging.h"
+#include "net/http/http_server.h"
+
+namespace crescent::bootstrap {
+
+struct BootstrapServer::Impl {
+  explicit Impl(BootstrapServerOptions o)
+      : options(std::move(o)), registry(options.expected_dp_ranks) {}
+
+  void handle(net::http::Request request, const std::shared_ptr<net::http::ResponseWriter>& w);
+  void handle_register(const net::http::Request& request, net::http::ResponseWriter& w);
+  void handle_query(net::http::ResponseWriter& w);
+
+  BootstrapServerOptions options;
+  WorkerRegistry registry;
+  std::unique_ptr<net::http::Server> http;
+};
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void send_error(net::http::ResponseWriter& w, int status, const std::string& message,
+                std::string_view type, std::string_view code, net::http::Headers headers = {}) {
+  w.send(status, kJson, error_json(message, type, code), std::move(headers));
+}
+
+// The one method a path answers to, or "" for an unknown path.
+std::string_view method_of(std::string_view path) {
+  if (path == "/register") {
+    return "POST";
+  }
+  if (path == "/query" || path == "/health") {
+    return "GET";
+  }
+  return "";
+}
+
+}  // namespace
+
+void BootstrapServer::Impl::handle(net::http::Request request,
+                                   const std::shared_ptr<net::http::ResponseWriter>& w) {
+  std::string_view method = method_of(request.path);
+  if (method.empty()) {
+    send_error(*w, 404, "no such endpoint: " + request.path + " (try /register, /query, /health)",
+               "not_found_error", "not_found");
+    return;
+  }
+  if (request.method != method) {
+    send_error(
+        *w, 405,
+        request.method + " is not allowed on " + request.path + "; use " + std::string(method),
+        "invalid_request_error", "method_not_allowed", {{"Allow", std::string(method)}});
+    return;
+  }
+  if (request.path == "/register") {
+    handle_register(request, *w);
+  } else if (request.path == "/query") {
+    handle_query(*w);
+  } else {
+    w->send(200, kJson, R"({"status":"ok"})");
+  }
+}
+
+void BootstrapServer::Impl::handle_register(const net::http::Request& request,
+                                            net::http::ResponseWriter& w) {
+  auto parsed = parse_registration_json(request.body);
+  if (!parsed.is_ok()) {
+    CRESCENT_LOG(kWarn) << "bootstrap: refused a registration from " << request.remote_address
+                        << ": " << parsed.status().message();
+    send_error(w, 400, "bad registration: " + parsed.status().message(), "invalid_request_error",
+               "invalid_registration");
+    return;
+  }
+  const WorkerRegistration& r = *parsed;
+  Status added = registry.add(r);
+  if (!added.is_ok()) {
+    CRESCENT_LOG(kWarn) << "bootstrap: refused a registration from " << request.remote_address
+                        << ": " << added.message();
+    bool conflict = added.code() == StatusCode::kAlreadyExists;
+    send_error(
+        w, 400, (conflict ? "conflicting registration: " : "bad registration: ") + added.message(),
+        "invalid_request_error", conflict ? "registration_conflict" : "invalid_registration");
+    return;
+  }
+  CRESCENT_LOG(kInfo) << "bootstrap: registered engine '" << r.engine_id << "' dp " << r.dp_rank
+                      << " tp " << r.tp_rank << " pp " << r.pp_rank << " at " << r.addr;
+  w.send(200, kJson, R"({"status":"ok"})");
+}
+
+void BootstrapServer::Impl::handle_query(net::http::ResponseWriter& w) {
+  auto table = registry.snapshot();
+  if (!table.is_ok()) {
+    send_error(w, 503, table.status().message(), "service_unavailable", "not_ready",
+               {{"Retry-After", "1"}});
+    return;
+  }
+  w.send(200, kJson, query_json(*table));
+}
+
+Result<std::unique_ptr<BootstrapServer>> BootstrapServer::start(BootstrapServerOptions options) {
+  if (options.expected_dp_ranks < 1 || options.expected_dp_ranks > kMaxDpRanks) {
+    return invalid_argument("expected_dp_ranks must be in 1.." + std::to_string(kMaxDpRanks) +
+                            ", got " + std::to_string(options.expected_dp_ranks));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return invalid_argument("bootstrap port must be in 0..65535, got " +
+                            std::to_string(options.port));
+  }
+  if (options.threads < 1) {
+    return invalid_argument("bootstrap threads must be at least 1, got " +
+                            std::to_string(options.threads));
+  }
+  auto impl = std::make_unique<Impl>(options);
+  net::http::ServerOptions http_options;
+  http_options.host = options.host;
+  http_options.port = options.port;
+  http_options.num_io_threads = options.threads;
+  http_options.max_body_bytes = kMaxRegisterBodyBytes;
+  http_options.max_header_bytes = 16u << 10;
+  http_options.read_timeout_ms = 30'000;
+  Impl* raw = impl.get();
+  auto http = net::http::Server::start(
+      http_options,
+      [raw](net::http::Request request, std::shared_ptr<net::http::ResponseWriter> writer) {
+        raw->handle(std::move(request), writer);
+      });
+  if (!http.is_ok()) {
+    return http.status().with_context("bootstrap server on " + options.host + ":" +
+                                      std::to_string(options.port));
+  }
+  impl->http = std::move(http).value();
+  return std::unique_ptr<BootstrapServer>(new BootstrapServer(std::move(impl)));
+}
+
+BootstrapServer::BootstrapServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+BootstrapServer::~BootstrapServer() {
+  stop();
+}
+
+int BootstrapServer::port() const {
+  return impl_->http->port();
+}
+
+std::string BootstrapServer::url() const {
+  const std::string& host = impl_->options.host;
+  bool is_v6 = host.find(':') != std::string::npos;
+  return "http://" + (is_v6 ? "[" + host + "]" : host) + ":" + std::to_string(port());
+}
+
+void BootstrapServer::stop() {
+  impl_->http->stop();
+}
+
+}  // namespace crescent::bootstrap

@@ -1,0 +1,199 @@
+// JSON is parsed with nlohmann::json; its exceptions stop here and become Status.
+
+#include "bootstrap/wire.h"
+
+#include <nlohmann/json.hpp>
+
+namespace crescent::bootstrap {
+namespace {
+
+using nlohmann::json;
+
+Result<int> rank_field(const json& object, const char* name, int max_value) {
+  auto it = object.find(name);
+  if (it == object.end()) {
+    return invalid_argument(std::string("missing field '") + name + "'");
+  }
+  // Booleans and floats are not ranks even when they would convert.
+  if (!it->is_number_integer()) {
+    return invalid_argument(std::string("field '") + name + "' must be an integer, got " +
+                            it->dump());
+  }
+  int64_t v = it->get<int64_t>();
+  if (v < 0 || v > max_value) {
+    return invalid_argument(std::string("field '") + name + "' must be in 0.." +
+                            std::to_string(max_value) + ", got " + std::to_string(v));
+  }
+  return static_cast<int>(v);
+}
+
+Result<std::string> string_field(const json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end()) {
+    return invalid_argument(std::string("missing field '") + name + "'");
+  }
+  if (!it->is_string()) {
+    return invalid_argument(std::string("field '") + name + "' must be a string, got " +
+                            it->dump());
+  }
+  return it->get<std::string>();
+}
+
+Status check_engine_id(const std::string& id) {
+  if (id.empty()) {
+    return invalid_argument("field 'engine_id' must not be empty");
+  }
+  if (id.size() > kMaxEngineIdBytes) {
+    return invalid_argument("field 'engine_id' is " + std::to_string(id.size()) +
+                            " bytes, more than " + std::to_string(kMaxEngineIdBytes));
+  }
+  for (unsigned char c : id) {
+    if (c < 0x20 || c == 0x7f) {
+      return invalid_argument("field 'engine_id' contains a control character");
+    }
+  }
+  return Status::ok();
+}
+
+// "0".."999999999" without sign or leading zeros (the keys crescent and vLLM write).
+Result<int> parse_key(const std::string& key, const char* what) {
+  bool ok = !key.empty() && key.size() <= 9 && (key == "0" || key[0] != '0');
+  for (char c : key) {
+    ok = ok && c >= '0' && c <= '9';
+  }
+  if (!ok) {
+    return data_loss(std::string(what) + " key '" + key + "' is not a non-negative integer");
+  }
+  return std::stoi(key);
+}
+
+Result<QueryResult> parse_query(const json& root) {
+  if (!root.is_object()) {
+    return data_loss("the answer is not a JSON object");
+  }
+  QueryResult result;
+  for (const auto& [dp_key, entry] : root.items()) {
+    ASSIGN_OR_RETURN(int dp, parse_key(dp_key, "dp rank"));
+    const std::string where = "dp rank " + dp_key;
+    if (!entry.is_object()) {
+      return data_loss(where + " is not an object");
+    }
+    auto id = entry.find("engine_id");
+    if (id == entry.end() || !id->is_string()) {
+      return data_loss(where + " has no string 'engine_id'");
+    }
+    auto workers = entry.find("worker_addr");
+    if (workers == entry.end() || !workers->is_object()) {
+      return data_loss(where + " has no object 'worker_addr'");
+    }
+    DpEntry& out = result[dp];
+    out.engine_id = id->get<std::string>();
+    for (const auto& [tp_key, by_pp] : workers->items()) {
+      ASSIGN_OR_RETURN(int tp, parse_key(tp_key, "tp rank"));
+      if (!by_pp.is_object()) {
+        return data_loss(where + " tp rank " + tp_key + " is not an object");
+      }
+      for (const auto& [pp_key, addr] : by_pp.items()) {
+        ASSIGN_OR_RETURN(int pp, parse_key(pp_key, "pp rank"));
+        if (!addr.is_string()) {
+          return data_loss(where + " tp " + tp_key + " pp " + pp_key + " is not a string");
+        }
+        out.worker_addr[tp][pp] = addr.get<std::string>();
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+std::string registration_json(const WorkerRegistration& r) {
+  return json{{"engine_id", r.engine_id},
+              {"dp_rank", r.dp_rank},
+              {"tp_rank", r.tp_rank},
+              {"pp_rank", r.pp_rank},
+              {"addr", r.addr}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<WorkerRegistration> parse_registration_json(std::string_view body) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return invalid_argument("the body is not valid JSON");
+  }
+  if (!root.is_object()) {
+    return invalid_argument("the body must be a JSON object, got " + std::string(root.type_name()));
+  }
+  WorkerRegistration r;
+  ASSIGN_OR_RETURN(r.engine_id, string_field(root, "engine_id"));
+  RETURN_IF_ERROR(check_engine_id(r.engine_id));
+  ASSIGN_OR_RETURN(r.dp_rank, rank_field(root, "dp_rank", kMaxDpRanks - 1));
+  ASSIGN_OR_RETURN(r.tp_rank, rank_field(root, "tp_rank", kMaxTpPpRank));
+  ASSIGN_OR_RETURN(r.pp_rank, rank_field(root, "pp_rank", kMaxTpPpRank));
+  ASSIGN_OR_RETURN(r.addr, string_field(root, "addr"));
+  auto addr = parse_tcp_addr(r.addr);
+  if (!addr.is_ok()) {
+    return invalid_argument("field 'addr': " + addr.status().message());
+  }
+  // Peers connect to this address: a wildcard listen address reaches nobody.
+  if (addr->first == "0.0.0.0" || addr->first == "::") {
+    return invalid_argument("field 'addr': " + r.addr +
+                            " is a wildcard address; register one peers can connect to");
+  }
+  return r;
+}
+
+std::string query_json(const QueryResult& result) {
+  json root = json::object();
+  for (const auto& [dp, entry] : result) {
+    json workers = json::object();
+    for (const auto& [tp, by_pp] : entry.worker_addr) {
+      json pps = json::object();
+      for (const auto& [pp, addr] : by_pp) {
+        pps[std::to_string(pp)] = addr;
+      }
+      workers[std::to_string(tp)] = std::move(pps);
+    }
+    root[std::to_string(dp)] = json{{"engine_id", entry.engine_id}, {"worker_addr", workers}};
+  }
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<QueryResult> parse_query_json(std::string_view body) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return data_loss("the /query answer is not valid JSON");
+  }
+  try {
+    auto parsed = parse_query(root);
+    if (!parsed.is_ok()) {
+      return parsed.status().with_context("bad /query answer");
+    }
+    return parsed;
+  } catch (const json::exception& e) {
+    return data_loss(std::string("bad /query answer: ") + e.what());
+  }
+}
+
+std::string error_json(std::string_view message, std::string_view type, std::string_view code) {
+  return json{{"error", {{"message", message}, {"type", type}, {"code", code}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
+
+ErrorBody parse_error_json(std::string_view body) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_object()) {
+    auto error = root.find("error");
+    if (error != root.end() && error->is_object()) {
+      auto message = error->find("message");
+      auto code = error->find("code");
+      if (message != error->end() && message->is_string()) {
+        return {message->get<std::string>(),
+                code != error->end() && code->is_string() ? code->get<std::string>() : ""};
+      }
+    }
+  }
+  return {std::string(body.substr(0, 512)), ""};
+}
+
+}  // namespace crescent::bootstrap
