@@ -80,6 +80,7 @@ Status Engine::validate_options(const EngineOptions& options, const ModelRunner&
 Engine::Engine(EngineOptions options, ModelRunner* runner)
     : options_(std::move(options)),
       runner_(runner),
+      kv_connector_(options_.kv_connector),
       vocab_size_(runner->vocab_size()),
       block_manager_(runner->num_kv_blocks(), runner->block_size(), options_.enable_prefix_caching),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens}, &block_manager_) {
@@ -115,13 +116,17 @@ Status Engine::validate_request(const EngineRequest& request) const {
   if (!request.sampling.stop.empty() && !options_.make_detokenizer) {
     return invalid_argument("stop strings need a detokenizer, and this engine has none");
   }
-  return Status::ok();
+  return validate_kv_transfer(request);
 }
 
 Status Engine::add_request(EngineRequest request) {
   RETURN_IF_ERROR(validate_request(request));
   if (requests_.contains(request.request_id)) {
     return already_exists("request id '" + request.request_id + "' is already in use");
+  }
+  if (held_for_remote_.contains(request.request_id) || fetch_limbo_.contains(request.request_id)) {
+    return already_exists("request id '" + request.request_id +
+                          "' is still in use by a KV transfer; use a fresh id");
   }
   auto r = std::make_unique<Request>();
   Sequence& seq = r->seq;
@@ -132,6 +137,8 @@ Status Engine::add_request(EngineRequest request) {
   seq.arrival_time_ns = request.arrival_time_ns != 0 ? request.arrival_time_ns : now_ns();
   seq.arrival_order = next_arrival_order_++;
   seq.rng = Rng(seq.sampling.seed.has_value() ? *seq.sampling.seed : random_u64());
+  seq.needs_remote_kv = request.kv_transfer_params.do_remote_prefill;
+  r->kv_transfer_params = std::move(request.kv_transfer_params);
   if (options_.make_detokenizer) {
     r->detokenizer = options_.make_detokenizer(seq.sampling.skip_special_tokens);
   }
@@ -162,7 +169,9 @@ void Engine::abort_all() {
 }
 
 Result<std::vector<RequestOutput>> Engine::step() {
+  handle_connector_events();
   const ScheduleResult schedule = scheduler_.schedule();
+  start_remote_prefills(schedule);
   const Status run_status = run_batch(schedule);
   return postprocess(schedule, run_status);
 }
@@ -318,6 +327,9 @@ void Engine::finish(Request& r, FinishReason reason) {
   if (r.seq.is_finished()) {
     return;
   }
+  if (r.kv_transfer_params.is_remote()) {
+    finish_remote(r, reason);
+  }
   scheduler_.finish(&r.seq);
   r.pending.finished = true;
   r.pending.finish_reason = reason;
@@ -334,7 +346,8 @@ RequestOutput Engine::take_output(Request& r) {
 }
 
 bool Engine::has_unfinished_requests() const {
-  return !requests_.empty() || !aborted_outputs_.empty();
+  return !requests_.empty() || !aborted_outputs_.empty() || !held_for_remote_.empty() ||
+         !fetch_limbo_.empty();
 }
 
 EngineStats Engine::stats() const {
@@ -342,8 +355,14 @@ EngineStats Engine::stats() const {
   EngineStats s;
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
+  s.num_waiting_for_remote_kv = scheduler_.num_parked();
   s.num_blocks_total = bm.num_blocks_total;
   s.num_blocks_used = bm.num_blocks_used;
+  for (const auto* held : {&held_for_remote_, &fetch_limbo_}) {
+    for (const auto& [id, seq] : *held) {
+      s.num_blocks_held_for_remote += static_cast<int>(seq.block_table.size());
+    }
+  }
   s.prefix_cache_queries_tokens = bm.prefix_cache_queries_tokens;
   s.prefix_cache_hits_tokens = bm.prefix_cache_hits_tokens;
   s.num_prompt_tokens_total = num_prompt_tokens_total_;
@@ -357,20 +376,48 @@ Status Engine::check_invariants() const {
   std::vector<const Sequence*> live;
   for (const auto& [id, r] : requests_) {
     live.push_back(&r->seq);
-    const SequenceStatus st = r->seq.status;
-    const bool in_running = std::ranges::count(scheduler_.running(), &r->seq) == 1;
-    const bool in_waiting = std::ranges::count(scheduler_.waiting(), &r->seq) == 1;
-    const bool ok = st == SequenceStatus::kRunning
-                        ? in_running && !in_waiting
-                        : (st == SequenceStatus::kWaiting || st == SequenceStatus::kPreempted) &&
-                              in_waiting && !in_running && r->seq.block_table.empty();
+    const Sequence& seq = r->seq;
+    const SequenceStatus st = seq.status;
+    const bool in_running = std::ranges::count(scheduler_.running(), &seq) == 1;
+    const bool in_waiting = std::ranges::count(scheduler_.waiting(), &seq) == 1;
+    const bool in_parked = std::ranges::count(scheduler_.parked(), &seq) == 1;
+    bool ok = false;
+    switch (st) {
+      case SequenceStatus::kRunning:
+        ok = in_running && !in_waiting && !in_parked;
+        break;
+      case SequenceStatus::kWaiting:
+      case SequenceStatus::kPreempted:
+        ok = in_waiting && !in_running && !in_parked && seq.block_table.empty();
+        break;
+      case SequenceStatus::kWaitingForRemoteKv:
+        // Parked with blocks for its whole prompt, which a peer is filling.
+        ok = in_parked && !in_running && !in_waiting && r->kv_transfer_params.do_remote_prefill &&
+             seq.num_tokens() == seq.num_prompt_tokens &&
+             static_cast<int>(seq.block_table.size()) ==
+                 block_manager_.num_blocks_for_tokens(seq.num_prompt_tokens);
+        break;
+      case SequenceStatus::kFinished:
+        ok = false;  // finished requests leave requests_ in the same step
+        break;
+    }
     if (!ok) {
       return internal_error("engine invariant: request " + id +
                             " is not queued exactly once as its status says");
     }
   }
-  if (live.size() != scheduler_.running().size() + scheduler_.waiting().size()) {
+  if (live.size() !=
+      scheduler_.running().size() + scheduler_.waiting().size() + scheduler_.parked().size()) {
     return internal_error("engine invariant: the scheduler holds requests the engine does not");
+  }
+  for (const auto* held : {&held_for_remote_, &fetch_limbo_}) {
+    for (const auto& [id, seq] : *held) {
+      if (requests_.contains(id) || seq.status != SequenceStatus::kFinished) {
+        return internal_error("engine invariant: blocks held for a KV transfer of " + id +
+                              " belong to a live request");
+      }
+      live.push_back(&seq);
+    }
   }
   return block_manager_.check_invariants(live);
 }

@@ -2,7 +2,9 @@
 // Engine: the single-threaded core that turns requests into tokens. Each step() schedules a
 // batch (Scheduler + BlockManager), runs it on the ModelRunner, then samples, detokenizes and
 // checks stop conditions, returning one incremental RequestOutput per request that produced
-// something. Owns its sequences; borrows the runner, which must outlive it.
+// something. Owns its sequences; borrows the runner (and the KV connector, when it has one),
+// which must outlive it. With a connector it also moves requests' KV to or from another
+// engine at the points kv_connector.h fixes (the hooks live in engine_kv.cc).
 // Not thread-safe: use it from one thread (EngineLoop runs it on its own thread).
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include "core/status.h"
 #include "engine/block_manager.h"
 #include "engine/detokenizer.h"
+#include "engine/kv_connector.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -33,6 +36,10 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;
   // Makes one request's detokenizer. Empty: no text is produced and stop strings are refused.
   std::function<std::unique_ptr<Detokenizer>(bool skip_special_tokens)> make_detokenizer;
+  // P/D disaggregation (see kv_connector.h): borrowed, must outlive the engine and the
+  // EngineLoop running it. Null: a plain engine that refuses requests with kv_transfer_params.
+  // Set it in the options before constructing the Engine; it cannot change afterwards.
+  KvConnector* kv_connector = nullptr;
 };
 
 struct EngineRequest {
@@ -40,6 +47,9 @@ struct EngineRequest {
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling;
   int64_t arrival_time_ns = 0;  // 0: now
+  // do_remote_prefill: fetch the prompt's K/V from a prefill engine (decode side);
+  // do_remote_decode: keep it for a decode engine after finishing (prefill side).
+  KvTransferParams kv_transfer_params;
 };
 
 enum class FinishReason {
@@ -47,7 +57,7 @@ enum class FinishReason {
   kStop,    // eos, a stop token or a stop string
   kLength,  // max_tokens or max_model_len
   kAbort,   // abort() or shutdown
-  kError,   // the runner failed on this request's batch
+  kError,   // the runner failed on this request's batch, or its remote KV fetch failed
 };
 const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
 
@@ -70,8 +80,12 @@ struct RequestOutput {
 struct EngineStats {
   int num_running = 0;
   int num_waiting = 0;
+  int num_waiting_for_remote_kv = 0;  // decode side: parked until a prefill engine sends KV
   int num_blocks_total = 0;
-  int num_blocks_used = 0;
+  int num_blocks_used = 0;  // includes the held ones below
+  // Block references kept for a peer: prefill side, finished requests whose KV a decode engine
+  // still reads; decode side, aborted fetches a peer may still be writing into.
+  int num_blocks_held_for_remote = 0;
   int64_t prefix_cache_queries_tokens = 0;
   int64_t prefix_cache_hits_tokens = 0;
   int64_t num_prompt_tokens_total = 0;      // prompt tokens of requests that began output
@@ -89,21 +103,28 @@ class Engine {
   Engine(EngineOptions options, ModelRunner* runner);
   ~Engine();
 
-  // AlreadyExists for a live request id; InvalidArgument for an empty prompt, a prompt longer
-  // than max_model_len, token ids outside the vocabulary, bad sampling params.
+  // AlreadyExists for a live request id (or one whose blocks are still held for a KV
+  // transfer); InvalidArgument for an empty prompt, a prompt longer than max_model_len, token
+  // ids outside the vocabulary, bad sampling params, kv_transfer_params without a connector.
   Status add_request(EngineRequest request);
   // The checks of add_request that do not depend on the engine's state. Thread-safe.
   Status validate_request(const EngineRequest& request) const;
   // Frees the request's blocks at once; its final output (kAbort) comes from the next step().
+  // A request waiting for remote KV keeps its blocks (a peer may be writing into them) until
+  // the connector reports on it; its kAbort output still comes from the next step().
   // Unknown or finished ids are ignored.
   void abort(const std::string& request_id);
   void abort_all();
 
-  // schedule -> execute -> sample and postprocess. A runner failure fails that batch's
-  // requests (kError) and leaves the engine usable.
+  // Takes the connector's events, then schedule -> execute -> sample and postprocess. A runner
+  // failure fails that batch's requests (kError) and leaves the engine usable.
   Result<std::vector<RequestOutput>> step();
 
+  // True while a request is live, an output is undelivered, or blocks are held for a peer.
   bool has_unfinished_requests() const;
+  // Shutdown when the connector did not report in time: frees every block held for a peer or
+  // for a cancelled fetch (calling cancel() for the held ones) as if the events had come.
+  void drop_remote_holds();
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   Status check_invariants() const;  // for tests
@@ -111,6 +132,7 @@ class Engine {
  private:
   struct Request {
     Sequence seq;
+    KvTransferParams kv_transfer_params;
     std::unique_ptr<Detokenizer> detokenizer;
     std::string held_text;  // decoded but not returned: might begin a stop string
     RequestOutput pending;  // accumulates until the next output
@@ -120,20 +142,36 @@ class Engine {
   std::vector<RequestOutput> postprocess(const ScheduleResult& schedule, const Status& run_status);
   // Appends a sampled token and decides whether the request is finished.
   void append_token(Request& request, int32_t token_id);
+  // Ends the request: its blocks are freed, or kept for the connector (see kv_connector.h).
   void finish(Request& request, FinishReason reason);
   // Moves decoded text to the pending output, holding back what may begin a stop string;
   // final: flush the detokenizer and hold nothing. True when a stop string matched.
   bool release_text(Request& request, bool final);
   RequestOutput take_output(Request& request);
 
+  // The P/D disaggregation hooks (engine_kv.cc).
+  Status validate_kv_transfer(const EngineRequest& request) const;
+  void handle_connector_events();
+  void start_remote_prefills(const ScheduleResult& schedule);
+  // Called by finish() for a request with kv_transfer_params, before its blocks are freed:
+  // moves them to held_for_remote_ / fetch_limbo_ when a peer still needs them.
+  void finish_remote(Request& request, FinishReason reason);
+  // A Sequence that owns seq's block references (and nothing else); seq is left without any.
+  static Sequence take_blocks(Sequence& seq);
+
   EngineOptions options_;
   ModelRunner* runner_;
+  KvConnector* kv_connector_;  // options_.kv_connector
   int32_t vocab_size_;
   BlockManager block_manager_;
   Scheduler scheduler_;
   Sampler sampler_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
-  std::vector<RequestOutput> aborted_outputs_;  // returned by the next step()
+  // Prefill side: finished requests whose blocks the connector holds until kBlocksReleased.
+  std::unordered_map<std::string, Sequence> held_for_remote_;
+  // Decode side: aborted fetches whose blocks a peer may still write until kRemoteKvReady.
+  std::unordered_map<std::string, Sequence> fetch_limbo_;
+  std::vector<RequestOutput> aborted_outputs_;  // final outputs returned by the next step()
   std::vector<RunnerSeq> runner_batch_;
   std::vector<float> logits_;
   uint64_t next_arrival_order_ = 0;

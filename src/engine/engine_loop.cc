@@ -1,13 +1,29 @@
 #include "engine/engine_loop.h"
 
+#include <chrono>
+
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/logging.h"
 
 namespace crescent::engine {
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options)
+    : options_(options), engine_(std::move(engine)) {
   CRESCENT_CHECK(engine_ != nullptr) << "EngineLoop needs an engine";
+  CRESCENT_CHECK(options_.kv_poll_interval_ms > 0 && options_.shutdown_kv_wait_ms >= 0)
+      << "bad EngineLoop options";
   stats_ = engine_->stats();
+  if (KvConnector* connector = engine_->options().kv_connector) {
+    kv_waker_ = std::make_shared<KvWaker>();
+    kv_waker_->loop = this;
+    connector->set_wakeup([waker = kv_waker_] {
+      std::lock_guard<std::mutex> lock(waker->mu);
+      if (waker->loop != nullptr) {
+        waker->loop->wake_for_connector();
+      }
+    });
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -60,7 +76,19 @@ void EngineLoop::shutdown() {
     if (thread_.joinable()) {
       thread_.join();
     }
+    if (kv_waker_ != nullptr) {
+      std::lock_guard<std::mutex> lock(kv_waker_->mu);
+      kv_waker_->loop = nullptr;  // the connector may outlive this loop
+    }
   });
+}
+
+void EngineLoop::wake_for_connector() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kv_woken_ = true;
+  }
+  cv_.notify_one();
 }
 
 void EngineLoop::deliver(const std::vector<RequestOutput>& outputs) {
@@ -83,13 +111,27 @@ void EngineLoop::deliver(const std::vector<RequestOutput>& outputs) {
 
 void EngineLoop::run() {
   std::deque<Command> commands;
+  // The last step computed nothing and returned nothing: the engine waits only on its KV
+  // connector (or on blocks the connector holds), so stepping again before news is a spin.
+  bool idle = false;
+  bool stop_seen = false;
+  TimePoint give_up_at = TimePoint::max();
+  int64_t num_steps_seen = 0;
+  const auto poll_interval = std::chrono::milliseconds(options_.kv_poll_interval_ms);
   while (true) {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stopping_ || !commands_.empty() || engine_->has_unfinished_requests();
-      });
+      auto has_news = [&] {
+        return (stopping_ && !stop_seen) || !commands_.empty() || kv_woken_ ||
+               (!idle && engine_->has_unfinished_requests());
+      };
+      if (engine_->has_unfinished_requests()) {
+        cv_.wait_for(lock, poll_interval, has_news);  // the safety net against a lost wakeup
+      } else {
+        cv_.wait(lock, has_news);
+      }
+      kv_woken_ = false;
       commands.swap(commands_);
       stopping = stopping_;
     }
@@ -110,8 +152,11 @@ void EngineLoop::run() {
       }
     }
     commands.clear();
-    if (stopping) {
+    if (stopping && !stop_seen) {
+      // submit() refuses new requests from now on, so one abort_all() covers everything.
+      stop_seen = true;
       engine_->abort_all();
+      give_up_at = Clock::now() + std::chrono::milliseconds(options_.shutdown_kv_wait_ms);
     }
     Result<std::vector<RequestOutput>> outputs = engine_->step();
     if (!outputs.is_ok()) {
@@ -120,12 +165,21 @@ void EngineLoop::run() {
     }
     // Publish the stats before delivering, so a client that has seen its final output never
     // reads counters that predate it.
+    const EngineStats stats = engine_->stats();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_ = engine_->stats();
+      stats_ = stats;
     }
+    idle = outputs.is_ok() && outputs->empty() && stats.num_steps_total == num_steps_seen;
+    num_steps_seen = stats.num_steps_total;
     if (outputs.is_ok()) {
       deliver(*outputs);
+    }
+    if (stopping && engine_->has_unfinished_requests() && Clock::now() >= give_up_at) {
+      CRESCENT_LOG(kWarn) << "shutdown: the KV connector did not give back the blocks of "
+                          << stats.num_blocks_held_for_remote << " block references within "
+                          << options_.shutdown_kv_wait_ms << " ms; freeing them anyway";
+      engine_->drop_remote_holds();
     }
     if (stopping && !engine_->has_unfinished_requests()) {
       std::lock_guard<std::mutex> lock(mu_);

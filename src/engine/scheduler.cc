@@ -101,7 +101,7 @@ ScheduleResult Scheduler::schedule() {
   // New and preempted requests, oldest first; none while this step had to preempt (there is
   // no room to spare), and none past a head that does not fit (no overtaking).
   while (result.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+         static_cast<int>(running_.size() + parked_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (!block_manager_->can_allocate_for_prompt(*seq)) {
       break;
@@ -111,6 +111,15 @@ ScheduleResult Scheduler::schedule() {
     if (!seq->has_been_scheduled) {
       seq->num_cached_tokens = num_cached;
       seq->has_been_scheduled = true;
+    }
+    if (seq->needs_remote_kv) {
+      seq->needs_remote_kv = false;
+      result.remote_prefills.push_back(seq);
+      if (num_cached < seq->num_prompt_tokens - 1) {
+        seq->status = SequenceStatus::kWaitingForRemoteKv;
+        parked_.push_back(seq);
+        continue;
+      }
     }
     seq->status = SequenceStatus::kRunning;
     insert_running(seq);
@@ -130,9 +139,23 @@ void Scheduler::on_computed(const ScheduleResult& result) {
   }
 }
 
+void Scheduler::resume_after_remote_kv(Sequence* seq) {
+  CRESCENT_CHECK(seq->status == SequenceStatus::kWaitingForRemoteKv)
+      << seq->request_id << " is not waiting for remote KV";
+  std::erase(parked_, seq);
+  // Only the last prompt token is left to compute: its logits give the first output token.
+  seq->num_computed_tokens = seq->num_prompt_tokens - 1;
+  CRESCENT_CHECK_EQ(seq->num_tokens(), seq->num_prompt_tokens);
+  block_manager_->commit_computed(*seq);
+  seq->status = SequenceStatus::kRunning;
+  insert_running(seq);
+}
+
 void Scheduler::finish(Sequence* seq) {
   if (seq->status == SequenceStatus::kRunning) {
     std::erase(running_, seq);
+  } else if (seq->status == SequenceStatus::kWaitingForRemoteKv) {
+    std::erase(parked_, seq);
   } else if (seq->status == SequenceStatus::kWaiting || seq->status == SequenceStatus::kPreempted) {
     std::erase(waiting_, seq);
   }

@@ -7,6 +7,10 @@
 // known tokens can be allocated, and when a running sequence needs a block that is not free,
 // the most recently arrived running sequence not yet scheduled this step is preempted: its
 // blocks are freed and it goes back to the front of the queue, to be recomputed later.
+// A request whose prompt K/V comes from a remote prefill (needs_remote_kv) is admitted the same
+// way, but unless the prefix cache already covers its prompt it is then parked
+// (kWaitingForRemoteKv): it holds its blocks, is never scheduled or preempted, and counts
+// toward max_num_seqs but not the token budget, until resume_after_remote_kv().
 // It never sees a tensor. Not thread-safe.
 
 #include <deque>
@@ -31,6 +35,9 @@ struct ScheduledSeq {
 struct ScheduleResult {
   std::vector<ScheduledSeq> scheduled;  // in the order the runner gets them
   std::vector<Sequence*> preempted;     // lost their blocks this step
+  // Admitted this step with needs_remote_kv (now cleared): parked, or scheduled at once when
+  // the prefix cache covered all but the last prompt token. Their remote fetch is to start.
+  std::vector<Sequence*> remote_prefills;
   int num_batched_tokens = 0;
   bool is_empty() const { return scheduled.empty(); }
 };
@@ -45,14 +52,19 @@ class Scheduler {
   // After the runner computed a schedule: advances num_computed_tokens and registers newly
   // full blocks with the prefix cache.
   void on_computed(const ScheduleResult& result);
+  // A parked sequence's blocks now hold the K/V of prompt tokens [0, num_prompt_tokens - 1):
+  // registers the full ones with the prefix cache and runs it (the last prompt token next).
+  void resume_after_remote_kv(Sequence* seq);
   // Removes seq wherever it is, frees its blocks and marks it finished.
   void finish(Sequence* seq);
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_parked() const { return static_cast<int>(parked_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& parked() const { return parked_; }
 
  private:
   void preempt(Sequence* victim, ScheduleResult& result);
@@ -63,6 +75,7 @@ class Scheduler {
   BlockManager* block_manager_;
   std::vector<Sequence*> running_;  // sorted by arrival_order
   std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> parked_;  // kWaitingForRemoteKv, in admission order
 };
 
 }  // namespace crescent::engine

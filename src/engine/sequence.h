@@ -18,6 +18,9 @@ enum class SequenceStatus {
   kWaiting,    // queued, holds no blocks
   kRunning,    // holds blocks; computing its prompt or decoding
   kPreempted,  // lost its blocks to a more senior request; queued again and will recompute
+  // Decode side of P/D disaggregation: holds blocks for its whole prompt while a prefill engine
+  // writes the prompt's K/V into them; never scheduled for compute and never preempted.
+  kWaitingForRemoteKv,
   kFinished,
 };
 
@@ -30,6 +33,9 @@ struct Sequence {
   // Prompt tokens the prefix cache served when the request was first scheduled.
   int num_cached_tokens = 0;
   bool has_been_scheduled = false;
+  // Its prompt's K/V is to come from a remote prefill (do_remote_prefill) when it is first
+  // admitted; cleared then, so a later preemption recomputes locally like any other request.
+  bool needs_remote_kv = false;
   std::vector<int32_t> block_table;    // block ids, covering at least the computed tokens
   std::vector<uint64_t> block_hashes;  // chained hashes of the leading full computed blocks
   SequenceStatus status = SequenceStatus::kWaiting;
