@@ -1,0 +1,169 @@
+#include "disagg/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "net/http/http_client.h"
+#include "testing/test_models.h"
+
+extern char** environ;
+
+namespace crescent::testing {
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
+                                                          std::vector<std::string> args) {
+  args.insert(args.begin(), crescent_binary());
+  std::vector<char*> argv;
+  for (auto& a : args) {
+    argv.push_back(a.data());
+  }
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return internal_error("pipe2 failed");
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return internal_error("cannot start " + args[0] + " for " + name);
+  }
+  return std::unique_ptr<ChildProcess>(new ChildProcess(std::move(name), pid, fds[0]));
+}
+
+ChildProcess::ChildProcess(std::string name, pid_t pid, int out_fd)
+    : name_(std::move(name)), pid_(pid), out_fd_(out_fd) {
+  drain_thread_ = std::thread([this] { drain(); });
+}
+
+ChildProcess::~ChildProcess() {
+  kill_now();
+  if (drain_thread_.joinable()) {
+    drain_thread_.join();
+  }
+  if (out_fd_ >= 0) {
+    close(out_fd_);
+  }
+}
+
+void ChildProcess::drain() {
+  char buf[4096];
+  bool at_line_start = true;
+  for (;;) {
+    ssize_t n = read(out_fd_, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;  // EOF: the child (and whoever shared its pipe) is gone
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (ssize_t i = 0; i < n; ++i) {
+      if (at_line_start) {
+        output_ += "[" + name_ + "] ";
+      }
+      output_ += buf[i];
+      at_line_start = buf[i] == '\n';
+    }
+  }
+}
+
+std::string ChildProcess::output() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return output_;
+}
+
+Result<int> ChildProcess::wait_for_port(Deadline deadline) {
+  const std::string marker = "listening on http://";
+  while (!deadline.is_expired()) {
+    std::string out = output();
+    auto pos = out.find(marker);
+    if (pos != std::string::npos) {
+      auto colon = out.find(':', pos + marker.size());
+      auto end =
+          colon == std::string::npos ? colon : out.find_first_not_of("0123456789", colon + 1);
+      if (end != std::string::npos && end > colon + 1) {
+        return std::atoi(out.c_str() + colon + 1);
+      }
+    }
+    if (!is_running()) {
+      return unavailable(name_ + " exited (code " + std::to_string(exit_code_) +
+                         ") before it listened:\n" + output());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return deadline_exceeded(name_ + " printed no 'listening on' line in time:\n" + output());
+}
+
+Status ChildProcess::wait_healthy(int port, Deadline deadline, const std::string& path) {
+  net::http::HttpClient client("127.0.0.1", port);
+  std::string last;
+  while (!deadline.is_expired()) {
+    auto r = client.request("GET", path, "", {}, Deadline::after_ms(2000));
+    if (r.is_ok() && r->status == 200) {
+      return Status::ok();
+    }
+    last = r.is_ok() ? std::to_string(r->status) + " " + r->body : r.status().to_string();
+    if (!is_running()) {
+      return unavailable(name_ + " exited (code " + std::to_string(exit_code_) + ") before " +
+                         path + " answered 200:\n" + output());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return deadline_exceeded(name_ + " " + path + " not 200 in time (last: " + last + "):\n" +
+                           output());
+}
+
+void ChildProcess::signal(int sig) {
+  if (pid_ > 0) {
+    ::kill(pid_, sig);
+  }
+}
+
+bool ChildProcess::is_running() {
+  if (pid_ <= 0) {
+    return false;
+  }
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+int ChildProcess::wait_exit(Deadline deadline) {
+  while (is_running()) {
+    if (deadline.is_expired()) {
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return exit_code_;
+}
+
+void ChildProcess::kill_now() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    if (waitpid(pid_, &status, 0) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    pid_ = -1;
+  }
+}
+
+}  // namespace crescent::testing

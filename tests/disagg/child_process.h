@@ -1,0 +1,63 @@
+#pragma once
+// A child process of the real `crescent` binary (serve, proxy, bootstrap) for the
+// disaggregation tests: its stdout and stderr are read by a thread into a buffer (so a chatty
+// child never blocks on a full pipe), its HTTP port is read from its "listening on
+// http://HOST:PORT" line, and it can be killed with any signal. The destructor SIGKILLs it.
+// Thread-safe: output() may be called while the drain thread runs.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace crescent::testing {
+
+class ChildProcess {
+ public:
+  // Starts `crescent args...`; name labels its output in failure messages.
+  static Result<std::unique_ptr<ChildProcess>> start(std::string name,
+                                                     std::vector<std::string> args);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // The port of the first "listening on http://H:PORT" line; an error (with the output so
+  // far) if the process exits or the deadline passes first.
+  Result<int> wait_for_port(Deadline deadline);
+  // Polls GET path on 127.0.0.1:port until it answers 200.
+  Status wait_healthy(int port, Deadline deadline, const std::string& path = "/health");
+
+  // Sends sig (no wait).
+  void signal(int sig);
+  // Waits for the exit: its code, 128+N when killed by signal N, -1 when still running at the
+  // deadline.
+  int wait_exit(Deadline deadline);
+  // SIGKILL and reap.
+  void kill_now();
+  bool is_running();
+
+  const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }
+  // Everything written so far, each line prefixed with "[name] ".
+  std::string output() const;
+
+ private:
+  ChildProcess(std::string name, pid_t pid, int out_fd);
+  void drain();
+
+  std::string name_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int exit_code_ = -1;  // set once reaped
+  mutable std::mutex mu_;
+  std::string output_;  // GUARDED_BY(mu_)
+  std::thread drain_thread_;
+};
+
+}  // namespace crescent::testing

@@ -1,0 +1,209 @@
+#include "disagg/pd_cluster.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "disagg/pd_client.h"
+#include "testing/test_models.h"
+
+namespace crescent::testing {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+std::string fmt_seconds(double s) {
+  std::string out = std::to_string(s);
+  out.erase(out.find_last_not_of('0') + 1);
+  if (!out.empty() && out.back() == '.') {
+    out.pop_back();
+  }
+  return out;
+}
+
+}  // namespace
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return 0;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+int start_timeout_s() {
+  return kSanitized ? 120 : 60;
+}
+
+double test_scale() {
+  if (const char* s = std::getenv("CRESCENT_TEST_SCALE"); s != nullptr && *s != '\0') {
+    double v = std::atof(s);
+    if (v > 0 && v <= 4) {
+      return v;
+    }
+  }
+  return kSanitized ? 0.25 : 1.0;
+}
+
+int scaled(int n, int minimum) {
+  return std::max(minimum, static_cast<int>(std::lround(n * test_scale())));
+}
+
+std::vector<std::string> serve_args(ServeSpec* spec) {
+  std::vector<std::string> args = {"serve",
+                                   "--model",
+                                   ensure_test_model("tiny"),
+                                   "--served-model-name",
+                                   kModelName,
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   "0",
+                                   "--threads",
+                                   "1",
+                                   "--io-threads",
+                                   "1",
+                                   "--max-model-len",
+                                   std::to_string(spec->max_model_len),
+                                   "--kv-cache-mb",
+                                   std::to_string(spec->kv_cache_mb),
+                                   "--block-size",
+                                   std::to_string(spec->block_size),
+                                   "--role",
+                                   spec->role};
+  if (spec->role != "both") {
+    args.insert(args.end(), {"--kv-transport", spec->transport, "--kv-transfer-timeout",
+                             fmt_seconds(spec->kv_transfer_timeout_s)});
+  }
+  if (spec->role == "prefill") {
+    if (!spec->bootstrap_addr.empty()) {
+      args.insert(args.end(), {"--bootstrap-addr", spec->bootstrap_addr});
+    } else {
+      if (spec->bootstrap_port == 0) {
+        spec->bootstrap_port = free_port();
+      }
+      args.insert(args.end(), {"--bootstrap-port", std::to_string(spec->bootstrap_port)});
+    }
+  }
+  args.insert(args.end(), spec->extra_args.begin(), spec->extra_args.end());
+  return args;
+}
+
+Result<Node> launch_serve(const std::string& name, ServeSpec spec) {
+  std::vector<std::string> args = serve_args(&spec);
+  ASSIGN_OR_RETURN(auto process, ChildProcess::start(name, args));
+  Node node;
+  node.process = std::move(process);
+  if (spec.role == "prefill" && spec.bootstrap_addr.empty()) {
+    node.bootstrap_port = spec.bootstrap_port;
+  }
+  return node;
+}
+
+Status wait_ready(Node* node, bool wait_bootstrap) {
+  auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
+  ASSIGN_OR_RETURN(node->port, node->process->wait_for_port(deadline));
+  RETURN_IF_ERROR(node->process->wait_healthy(node->port, deadline));
+  if (wait_bootstrap && node->bootstrap_port != 0) {
+    RETURN_IF_ERROR(node->process->wait_healthy(node->bootstrap_port, deadline, "/query"));
+  }
+  return Status::ok();
+}
+
+Result<Node> start_serve(const std::string& name, ServeSpec spec) {
+  bool prefill = spec.role == "prefill";
+  ASSIGN_OR_RETURN(Node node, launch_serve(name, std::move(spec)));
+  RETURN_IF_ERROR(wait_ready(&node, prefill));
+  return node;
+}
+
+Result<Node> start_proxy(const Node& prefill, const Node& decode,
+                         std::vector<std::string> extra_args) {
+  std::vector<std::string> args = {
+      "proxy",    "--host",    "127.0.0.1",   "--port",
+      "0",        "--prefill", prefill.url(), std::to_string(prefill.bootstrap_port),
+      "--decode", decode.url()};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  ASSIGN_OR_RETURN(auto process, ChildProcess::start("proxy", args));
+  Node node;
+  node.process = std::move(process);
+  auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
+  ASSIGN_OR_RETURN(node.port, node.process->wait_for_port(deadline));
+  RETURN_IF_ERROR(node.process->wait_healthy(node.port, deadline));
+  return node;
+}
+
+Result<Node> start_bootstrap(int port, int expected_dp_ranks) {
+  if (port == 0) {
+    port = free_port();
+  }
+  ASSIGN_OR_RETURN(auto process,
+                   ChildProcess::start("bootstrap", {"bootstrap", "--host", "127.0.0.1", "--port",
+                                                     std::to_string(port), "--expected-dp-ranks",
+                                                     std::to_string(expected_dp_ranks)}));
+  Node node;
+  node.process = std::move(process);
+  node.port = port;
+  node.bootstrap_port = port;
+  auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
+  RETURN_IF_ERROR(node.process->wait_healthy(port, deadline));
+  return node;
+}
+
+std::string PdPair::outputs() const {
+  return prefill.output() + decode.output() + proxy.output();
+}
+
+Result<PdPair> start_pd(const ServeSpec& prefill_spec, const ServeSpec& decode_spec,
+                        bool with_proxy) {
+  ServeSpec p = prefill_spec;
+  p.role = "prefill";
+  ServeSpec d = decode_spec;
+  d.role = "decode";
+  PdPair pair;
+  // Both load at once; then wait for each.
+  ASSIGN_OR_RETURN(pair.prefill, launch_serve("P", p));
+  ASSIGN_OR_RETURN(pair.decode, launch_serve("D", d));
+  RETURN_IF_ERROR(wait_ready(&pair.prefill, true));
+  RETURN_IF_ERROR(wait_ready(&pair.decode, false));
+  std::string error;
+  std::string bootstrap =
+      pair.prefill.bootstrap_port != 0 ? pair.prefill.bootstrap_url() : prefill_spec.bootstrap_addr;
+  pair.engine_id = query_engine_id(bootstrap, &error);
+  if (pair.engine_id.empty()) {
+    return unavailable("no engine id from the bootstrap " + bootstrap + ": " + error + "\n" +
+                       pair.outputs());
+  }
+  if (with_proxy) {
+    ASSIGN_OR_RETURN(pair.proxy, start_proxy(pair.prefill, pair.decode));
+  }
+  return pair;
+}
+
+}  // namespace crescent::testing

@@ -1,0 +1,219 @@
+// Disaggregated serving gives the same greedy output as one colocated server: for each KV
+// transport (shm, tcp, ucx), a real prefill + decode pair behind the real proxy answers 50
+// varied prompts (1 to a few hundred tokens, token-id and text prompts, shared prefixes,
+// prompts sent twice so the decode engine already holds their prefix; completions and chat,
+// whole and streamed; 8 at a time) token for token and logprob for logprob as
+// `crescent serve --role both` does, and afterwards neither side holds a KV block.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "disagg/pd_client.h"
+#include "disagg/pd_cluster.h"
+#include "transfer/transfer_engine.h"
+
+namespace crescent::testing {
+namespace {
+
+struct Case {
+  std::string path;
+  json body;
+  std::string what;  // for failure messages
+};
+
+// A deterministic pseudo-random word sequence (same words on every run).
+std::string words(uint32_t seed, int count) {
+  static const char* const kWords[] = {
+      "river",  "stone",   "quiet",   "engine", "paper",  "orange", "window", "seven",
+      "garden", "silver",  "cloud",   "market", "yellow", "bridge", "music",  "north",
+      "candle", "thunder", "pocket",  "forest", "mirror", "hollow", "signal", "copper",
+      "winter", "harbor",  "lantern", "velvet", "orbit",  "meadow", "cobalt", "puzzle"};
+  constexpr uint32_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
+  std::string out;
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (int i = 0; i < count; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out += (i ? " " : "") + std::string(kWords[(x >> 16) % kNumWords]);
+  }
+  return out;
+}
+
+std::vector<int> token_ids(uint32_t seed, int count) {
+  std::vector<int> ids;
+  uint32_t x = seed * 747796405u + 2891336453u;
+  for (int i = 0; i < count; ++i) {
+    x = x * 1664525u + 1013904223u;
+    ids.push_back(100 + static_cast<int>((x >> 8) % 20000));
+  }
+  return ids;
+}
+
+// Mode i % 4: completions whole, completions streamed, chat whole, chat streamed.
+Case make_case(int i, const json& prompt, int max_tokens, const std::string& what) {
+  bool chat = (i % 4) >= 2 && prompt.is_string();
+  bool stream = (i % 2) == 1;
+  Case c;
+  c.what = "#" + std::to_string(i) + " " + what + (chat ? " chat" : " completions") +
+           (stream ? " streamed" : " whole") + " max_tokens " + std::to_string(max_tokens);
+  c.body = {{"model", kModelName}, {"temperature", 0}, {"ignore_eos", true}};
+  if (chat) {
+    c.path = "/v1/chat/completions";
+    c.body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+    c.body["logprobs"] = true;
+    c.body["top_logprobs"] = 1;
+    // The proxy must cut both names to 1 for the prefill request.
+    c.body[(i % 8) == 2 ? "max_completion_tokens" : "max_tokens"] = max_tokens;
+  } else {
+    c.path = "/v1/completions";
+    c.body["prompt"] = prompt;
+    c.body["logprobs"] = 1;
+    c.body["max_tokens"] = max_tokens;
+  }
+  if (stream) {
+    c.body["stream"] = true;
+    c.body["stream_options"] = {{"include_usage", true}};
+  }
+  return c;
+}
+
+// 50 cases at full scale: varied lengths around block boundaries (16 tokens), token-id
+// prompts of exact lengths, a shared prefix, and repeats of earlier prompts (in another mode)
+// last, when the decode engine holds their prefix.
+std::vector<Case> make_cases(int num_cases) {
+  const int kWordCounts[] = {1, 3, 7, 14, 15, 16, 17, 24, 31, 33, 47, 64, 90, 130, 200, 280, 340};
+  const int kIdCounts[] = {1, 2, 15, 16, 17, 32, 33, 160};
+  const std::string shared = words(999, 70);
+  std::vector<json> prompts;
+  std::vector<std::string> whats;
+  int num_unique = num_cases - std::max(1, num_cases / 6);
+  for (int i = 0; prompts.size() < static_cast<size_t>(num_unique); ++i) {
+    switch (i % 5) {
+      case 0:
+      case 2: {
+        int n = kWordCounts[(i * 7 + 3) % std::size(kWordCounts)];
+        prompts.push_back(words(i, n));
+        whats.push_back(std::to_string(n) + " words");
+        break;
+      }
+      case 1: {
+        int n = kIdCounts[(i / 5) % std::size(kIdCounts)];
+        prompts.push_back(token_ids(i, n));
+        whats.push_back(std::to_string(n) + " token ids");
+        break;
+      }
+      default:
+        prompts.push_back(shared + " " + words(i, 1 + i % 9));
+        whats.push_back("shared 70-word prefix");
+        break;
+    }
+  }
+  for (int r = 0; prompts.size() < static_cast<size_t>(num_cases); ++r) {
+    size_t from = (static_cast<size_t>(r) * 5 + 2) % static_cast<size_t>(num_unique);
+    prompts.push_back(prompts[from]);
+    whats.push_back("repeat of #" + std::to_string(from) + " (" + whats[from] + ")");
+  }
+  std::vector<Case> cases;
+  for (int i = 0; i < num_cases; ++i) {
+    int max_tokens = (i % 7 == 0) ? 1 : 2 + (i * 5) % 19;
+    cases.push_back(make_case(i, prompts[i], max_tokens, whats[i]));
+  }
+  return cases;
+}
+
+// Sends every case to the server at port, num_parallel at a time.
+std::vector<Reply> run_all(int port, const std::vector<Case>& cases, int num_parallel) {
+  std::vector<Reply> replies(cases.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < num_parallel; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < cases.size(); i = next++) {
+        replies[i] = send(port, cases[i].path, cases[i].body);
+      }
+    });
+  }
+  for (auto& t : workers) {
+    t.join();
+  }
+  return replies;
+}
+
+// Every finished transfer of one role, by result label.
+double transfers(const std::map<std::string, double>& m, const std::string& role,
+                 const std::string& result) {
+  return metric_sum(m, "crescent_kv_transfer_transfers_total",
+                    {"role=\"" + role + "\"", "result=\"" + result + "\""});
+}
+
+class PdCorrectnessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
+  const std::string transport = GetParam();
+  auto kind = transfer::parse_transport(transport);
+  ASSERT_TRUE(kind.is_ok());
+  if (!transfer::is_transport_available(*kind)) {
+    GTEST_SKIP() << "this build has no " << transport << " transport (TSan builds leave UCX out)";
+  }
+  // The colocated reference loads while P and D do.
+  ServeSpec both;
+  auto ref = launch_serve("ref", both);
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  ServeSpec spec;
+  spec.transport = transport;
+  spec.kv_transfer_timeout_s = 20;  // generous: correctness, not faults, is tested here
+  auto pd = start_pd(spec, spec, /*with_proxy=*/true);
+  ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
+  ASSERT_TRUE(wait_ready(&*ref).is_ok()) << ref->output();
+
+  const std::vector<Case> cases = make_cases(scaled(50, 8));
+  std::vector<Reply> want = run_all(ref->port, cases, 8);
+  std::vector<Reply> got = run_all(pd->proxy.port, cases, 8);
+
+  int num_mismatches = 0;
+  for (size_t i = 0; i < cases.size() && num_mismatches < 5; ++i) {
+    const Case& c = cases[i];
+    ASSERT_TRUE(want[i].is_ok()) << c.what << " reference: " << want[i].describe();
+    bool same = got[i].is_ok() && got[i].text == want[i].text && got[i].tokens == want[i].tokens &&
+                got[i].logprobs.size() == want[i].logprobs.size() &&
+                got[i].usage.value("completion_tokens", -1) ==
+                    want[i].usage.value("completion_tokens", -2) &&
+                got[i].usage.value("prompt_tokens", -1) == want[i].usage.value("prompt_tokens", -2);
+    for (size_t t = 0; same && t < got[i].logprobs.size(); ++t) {
+      same = std::fabs(got[i].logprobs[t] - want[i].logprobs[t]) <= 1e-3;
+    }
+    if (!same) {
+      ++num_mismatches;
+      ADD_FAILURE() << c.what << "\n  disaggregated: " << got[i].describe()
+                    << "\n  colocated:     " << want[i].describe();
+    }
+  }
+  if (num_mismatches > 0) {
+    std::string out = pd->outputs();
+    ADD_FAILURE() << "process output (last 6000 bytes):\n"
+                  << (out.size() > 6000 ? out.substr(out.size() - 6000) : out);
+  }
+
+  // Nothing held on either side once idle.
+  EXPECT_EQ(wait_blocks_used(pd->prefill.port, 0, Deadline::after_ms(15'000)), 0) << pd->outputs();
+  EXPECT_EQ(wait_blocks_used(pd->decode.port, 0, Deadline::after_ms(15'000)), 0) << pd->outputs();
+  // The KV really moved (the decode engine did not quietly prefill on its own), and no
+  // transfer failed.
+  auto pm = read_metrics(pd->prefill.port);
+  auto dm = read_metrics(pd->decode.port);
+  EXPECT_GT(transfers(dm, "decode", "ok"), 0) << "no successful fetch counted on D";
+  EXPECT_GT(transfers(pm, "prefill", "ok"), 0) << "no successful write counted on P";
+  EXPECT_EQ(transfers(dm, "decode", "error"), 0);
+  EXPECT_EQ(transfers(pm, "prefill", "error"), 0);
+  EXPECT_EQ(transfers(pm, "prefill", "expired"), 0);
+  EXPECT_EQ(transfers(dm, "decode", "expired"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PdCorrectnessTest, ::testing::Values("shm", "tcp", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace crescent::testing

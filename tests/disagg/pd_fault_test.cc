@@ -1,0 +1,450 @@
+// Faults in a disaggregated deployment, each made with real processes on 127.0.0.1: the
+// affected request ends within the transfer deadline with a clear error, every KV block on the
+// prefill (P) and decode (D) side comes back (crescent_kv_cache_blocks_used returns to 0), and
+// requests that the fault does not touch, running at the same time, still succeed.
+// Most cases drive P and D directly with kv_transfer_params (DESIGN.md §2), which is how a
+// lost or duplicated half of a request is made; the proxy is used where it is the subject.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/ids.h"
+#include "disagg/pd_client.h"
+#include "disagg/pd_cluster.h"
+
+namespace crescent::testing {
+namespace {
+
+// --kv-transfer-timeout of every process here.
+constexpr double kTimeoutS = 3;
+// How long an affected request may take to end: the deadline plus slack for a loaded machine.
+int64_t end_within_ms() {
+  return static_cast<int64_t>((kTimeoutS + 4) * 1000 / std::min(1.0, test_scale()));
+}
+// How long blocks may take to come back: P's own deadline runs from its last event.
+Deadline blocks_deadline() {
+  return Deadline::after_ms(
+      static_cast<int64_t>((2 * kTimeoutS + 6) * 1000 / std::min(1.0, test_scale())));
+}
+
+std::string new_transfer_id() {
+  return "xfer-test-" + random_uuid();
+}
+
+json completion(const std::string& prompt, int max_tokens, bool stream = false) {
+  json body = {{"model", kModelName},
+               {"prompt", prompt},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  if (stream) {
+    body["stream"] = true;
+  }
+  return body;
+}
+
+std::string long_prompt(int num_words, int seed) {
+  std::string s;
+  for (int i = 0; i < num_words; ++i) {
+    s += (i ? " " : "") + std::string("word") + std::to_string((i * 31 + seed) % 97);
+  }
+  return s;
+}
+
+// Background traffic the fault must not touch: requests sent one after another until stop(),
+// each checked. Through the proxy when given one, else plain (non-disaggregated) requests to
+// the server at port.
+class Bystanders {
+ public:
+  Bystanders(int port, int num_threads, std::string label) : label_(std::move(label)) {
+    for (int t = 0; t < num_threads; ++t) {
+      threads_.emplace_back([this, port, t] {
+        for (int i = 0; !stop_; ++i) {
+          Reply r = send(port, "/v1/completions",
+                         completion("bystander " + std::to_string(t) + " " + std::to_string(i) +
+                                        " " + long_prompt(20 + 7 * (i % 5), t + i),
+                                    4, i % 2 == 1));
+          std::lock_guard<std::mutex> lock(mu_);
+          ++num_sent_;
+          if (r.is_ok() && r.usage.value("completion_tokens", 0) == 4) {
+            ++num_ok_;
+          } else if (first_failure_.empty()) {
+            first_failure_ = r.describe();
+          }
+        }
+      });
+    }
+  }
+  ~Bystanders() { stop(); }
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) {
+        t.join();
+      }
+    }
+  }
+  // Stops, then checks that at least one request ran and every one succeeded.
+  void expect_all_ok() {
+    stop();
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_GT(num_sent_, 0) << label_ << ": no bystander request ran";
+    EXPECT_EQ(num_ok_, num_sent_) << label_ << ": a bystander request failed: " << first_failure_;
+  }
+
+ private:
+  std::string label_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  int num_sent_ = 0;           // GUARDED_BY(mu_)
+  int num_ok_ = 0;             // GUARDED_BY(mu_)
+  std::string first_failure_;  // GUARDED_BY(mu_)
+};
+
+// Asserts that r failed with an OpenAI-shaped error (HTTP error or SSE error event), ended in
+// time, and that its message contains one of the words (case-insensitive), when any are given.
+void expect_clear_error(const Reply& r, const std::vector<std::string>& any_of,
+                        const std::string& what) {
+  EXPECT_FALSE(r.is_ok()) << what << ": succeeded: " << r.describe();
+  EXPECT_TRUE(r.transport_error.empty()) << what << ": " << r.describe();
+  EXPECT_FALSE(r.error_message.empty()) << what << ": no error message: " << r.describe();
+  EXPECT_LE(r.seconds * 1000, end_within_ms()) << what << ": ended too late: " << r.describe();
+  if (r.status != 200) {
+    EXPECT_TRUE(r.error.is_object() && r.error.contains("type") && r.error.contains("code"))
+        << what << ": not OpenAI-shaped: " << r.describe();
+  } else {
+    EXPECT_TRUE(r.done) << what << ": the stream did not end with [DONE]: " << r.describe();
+  }
+  if (any_of.empty()) {
+    return;
+  }
+  std::string lower = r.error_message;
+  for (auto& ch : lower) {
+    ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  bool found = false;
+  for (const auto& w : any_of) {
+    std::string lw = w;
+    for (auto& ch : lw) {
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    found = found || lower.find(lw) != std::string::npos;
+  }
+  std::string joined;
+  for (const auto& w : any_of) {
+    joined += "'" + w + "' ";
+  }
+  EXPECT_TRUE(found) << what << ": the message names none of " << joined << ": " << r.error_message;
+}
+
+class PdFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServeSpec spec;
+    spec.transport = "tcp";
+    spec.kv_transfer_timeout_s = kTimeoutS;
+    spec_ = spec;
+  }
+  void start(bool with_proxy, const ServeSpec* decode_spec = nullptr) {
+    auto pd = start_pd(spec_, decode_spec ? *decode_spec : spec_, with_proxy);
+    ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
+    pd_ = std::move(*pd);
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::string out = pd_.outputs();
+      std::printf("---- process output (last 8000 bytes) ----\n%s\n",
+                  (out.size() > 8000 ? out.substr(out.size() - 8000) : out).c_str());
+    }
+  }
+  // Both sides back to no blocks in use.
+  void expect_blocks_back() {
+    if (pd_.prefill.process && pd_.prefill.process->is_running()) {
+      EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, blocks_deadline()), 0)
+          << "prefill blocks not released";
+    }
+    if (pd_.decode.process && pd_.decode.process->is_running()) {
+      EXPECT_EQ(wait_blocks_used(pd_.decode.port, 0, blocks_deadline()), 0)
+          << "decode blocks not released";
+    }
+  }
+  // A P/D pair request driven directly (P's half and D's half at once): D's reply.
+  Reply direct_pair(const json& body, const std::string& transfer_id = new_transfer_id()) {
+    Reply p_reply;
+    std::thread p([&] {
+      p_reply = send(pd_.prefill.port, "/v1/completions", prefill_body(body, transfer_id));
+    });
+    Reply d = send(pd_.decode.port, "/v1/completions",
+                   decode_body(body, transfer_id, pd_.prefill.bootstrap_url(), pd_.engine_id));
+    p.join();
+    EXPECT_TRUE(p_reply.is_ok()) << "prefill half: " << p_reply.describe();
+    return d;
+  }
+
+  ServeSpec spec_;
+  PdPair pd_;
+};
+
+TEST_F(PdFaultTest, HealthyPairDirectAndThroughProxy) {
+  start(true);
+  Reply d = direct_pair(completion(long_prompt(40, 1), 6));
+  EXPECT_TRUE(d.is_ok()) << d.describe();
+  EXPECT_EQ(d.usage.value("completion_tokens", 0), 6) << d.describe();
+  Reply viaproxy = send(pd_.proxy.port, "/v1/completions", completion(long_prompt(40, 1), 6));
+  EXPECT_TRUE(viaproxy.is_ok()) << viaproxy.describe();
+  EXPECT_EQ(viaproxy.text, d.text);
+  expect_blocks_back();
+}
+
+// The proxy's request to P is lost: D asks for a transfer_id P never sees.
+TEST_F(PdFaultTest, PrefillRequestLostDecodeFailsInTime) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 2, "through the proxy");
+  std::string t = new_transfer_id();
+  for (bool stream : {false, true}) {
+    Reply d = send(pd_.decode.port, "/v1/completions",
+                   decode_body(completion(long_prompt(60, 2), 8, stream), t + (stream ? "s" : ""),
+                               pd_.prefill.bootstrap_url(), pd_.engine_id));
+    expect_clear_error(d, {"timed out", "timeout", "deadline", "never"},
+                       stream ? "streamed" : "whole");
+    EXPECT_GE(d.seconds, kTimeoutS * 0.5) << "failed before the deadline: " << d.describe();
+  }
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
+// P serves its half but D never asks: P releases the held blocks at its deadline.
+TEST_F(PdFaultTest, DecodeNeverAsksPrefillReleasesAtDeadline) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  for (int i = 0; i < 3; ++i) {
+    Reply p = send(pd_.prefill.port, "/v1/completions",
+                   prefill_body(completion(long_prompt(80, 3 + i), 8), new_transfer_id()));
+    EXPECT_TRUE(p.is_ok()) << p.describe();
+  }
+  bystanders.expect_all_ok();
+  // Held for D now (blocks in use), released by the deadline.
+  EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, blocks_deadline()), 0)
+      << "held blocks were not released at the deadline";
+  auto m = read_metrics(pd_.prefill.port);
+  EXPECT_GE(metric_sum(m, "crescent_kv_transfer_transfers_total",
+                       {"role=\"prefill\"", "result=\"expired\""}),
+            3);
+  expect_blocks_back();
+}
+
+// A client that leaves mid-stream (through the proxy), and one that leaves while D still waits
+// for the KV (directly, P's half sent only afterwards).
+TEST_F(PdFaultTest, ClientDisconnectsMidStreamAndWhileWaitingForKv) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  SendOptions leave;
+  leave.disconnect_after_pieces = 3;
+  Reply r =
+      send(pd_.proxy.port, "/v1/completions", completion(long_prompt(50, 4), 400, true), leave);
+  EXPECT_TRUE(r.transport_error.empty()) << r.describe();
+  EXPECT_EQ(r.status, 200) << r.describe();
+  EXPECT_FALSE(r.done);
+
+  std::string t = new_transfer_id();
+  json body = completion(long_prompt(70, 5), 50, true);
+  SendOptions impatient;
+  impatient.timeout_ms = 300;  // gives up (closes) while D waits for a KV that never comes
+  Reply d = send(pd_.decode.port, "/v1/completions",
+                 decode_body(body, t, pd_.prefill.bootstrap_url(), pd_.engine_id), impatient);
+  EXPECT_FALSE(d.is_ok()) << d.describe();
+  // Now P's half arrives: D has cancelled, so P must not keep the blocks past the deadline.
+  Reply p = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t));
+  EXPECT_TRUE(p.status == 200 || !p.error_message.empty()) << p.describe();
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+  // D counted an abort.
+  auto m = read_metrics(pd_.decode.port);
+  EXPECT_GE(metric_sum(m, "crescent_request_success_total", {"finished_reason=\"abort\""}), 1);
+}
+
+TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  const json body = completion(long_prompt(45, 6), 6);
+  // D side: a second live request with the same transfer_id is refused at once.
+  std::string t = new_transfer_id();
+  json d_body = decode_body(body, t, pd_.prefill.bootstrap_url(), pd_.engine_id);
+  Reply first;
+  std::thread first_thread([&] { first = send(pd_.decode.port, "/v1/completions", d_body); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first is waiting for KV
+  Reply second = send(pd_.decode.port, "/v1/completions", d_body);
+  expect_clear_error(second, {"duplicate"}, "second D request with the same transfer_id");
+  Reply p = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t));
+  EXPECT_TRUE(p.is_ok()) << p.describe();
+  first_thread.join();
+  EXPECT_TRUE(first.is_ok()) << "the first request was disturbed: " << first.describe();
+  EXPECT_EQ(first.usage.value("completion_tokens", 0), 6) << first.describe();
+
+  // P side: a second prefill half with a live transfer_id does not disturb the first.
+  std::string t2 = new_transfer_id();
+  Reply p1 = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t2));
+  EXPECT_TRUE(p1.is_ok()) << p1.describe();
+  Reply p2 = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t2));
+  if (!p2.is_ok()) {
+    expect_clear_error(p2, {"duplicate"}, "second P request with the same transfer_id");
+  }
+  Reply d2 = send(pd_.decode.port, "/v1/completions",
+                  decode_body(body, t2, pd_.prefill.bootstrap_url(), pd_.engine_id));
+  EXPECT_TRUE(d2.is_ok()) << "D after a duplicate P half: " << d2.describe();
+  EXPECT_EQ(d2.text, first.text);
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
+TEST_F(PdFaultTest, UnknownRemoteEngineIdFailsNamingIt) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  const std::string bogus = "no-such-engine-" + random_uuid().substr(0, 8);
+  for (bool stream : {false, true}) {
+    Reply d = send(pd_.decode.port, "/v1/completions",
+                   decode_body(completion(long_prompt(30, 7), 4, stream), new_transfer_id(),
+                               pd_.prefill.bootstrap_url(), bogus));
+    expect_clear_error(d, {bogus}, "unknown remote_engine_id");
+  }
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
+TEST_F(PdFaultTest, BootstrapUnreachableFailsNamingIt) {
+  start(true);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  const int closed = free_port();
+  const std::string url = "http://127.0.0.1:" + std::to_string(closed);
+  for (bool stream : {false, true}) {
+    Reply d = send(pd_.decode.port, "/v1/completions",
+                   decode_body(completion(long_prompt(30, 8), 4, stream), new_transfer_id(), url,
+                               pd_.engine_id));
+    expect_clear_error(d, {"bootstrap", std::to_string(closed)}, "unreachable bootstrap");
+  }
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
+TEST_F(PdFaultTest, CompatibilityMismatchNamesBlockSize) {
+  ServeSpec decode = spec_;
+  decode.block_size = 32;
+  start(false, &decode);
+  // Plain requests on D still work while its disaggregated ones are refused.
+  Bystanders bystanders(pd_.decode.port, 1, "plain requests on D");
+  for (bool stream : {false, true}) {
+    Reply d = direct_pair(completion(long_prompt(40, 9), 4, stream));
+    expect_clear_error(d, {"block_size"}, "P block size 16, D block size 32");
+  }
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
+// P dies (SIGKILL) while requests are in flight: they fail in time, D frees everything, a new
+// P on the same bootstrap port serves later requests.
+TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
+  start(true);
+  Bystanders bystanders(pd_.decode.port, 1, "plain requests on D");
+  constexpr int kNumAffected = 4;
+  std::vector<Reply> affected(kNumAffected);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kNumAffected; ++i) {
+    threads.emplace_back([&, i] {
+      affected[i] = send(pd_.proxy.port, "/v1/completions",
+                         completion(long_prompt(300, 10 + i), 30, i % 2 == 1));
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  pd_.prefill.process->kill_now();
+  for (auto& t : threads) {
+    t.join();
+  }
+  int num_failed = 0;
+  for (int i = 0; i < kNumAffected; ++i) {
+    // A request whose KV had already arrived may finish; the others fail clearly and in time.
+    if (!affected[i].is_ok()) {
+      ++num_failed;
+      expect_clear_error(affected[i], {}, "request when P died");
+    }
+  }
+  EXPECT_GT(num_failed, 0) << "P was killed too late to affect any request";
+  EXPECT_EQ(wait_blocks_used(pd_.decode.port, 0, blocks_deadline()), 0)
+      << "D kept blocks of requests whose P died";
+  bystanders.expect_all_ok();
+
+  // A new P hosting the bootstrap on the same port: new engine id, and requests work again.
+  ServeSpec again = spec_;
+  again.role = "prefill";
+  again.bootstrap_port = pd_.prefill.bootstrap_port;
+  auto p = start_serve("P2", again);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  pd_.prefill = std::move(*p);
+  std::string error;
+  pd_.engine_id = query_engine_id(pd_.prefill.bootstrap_url(), &error);
+  ASSERT_FALSE(pd_.engine_id.empty()) << error;
+  Reply d = direct_pair(completion(long_prompt(60, 20), 5));
+  EXPECT_TRUE(d.is_ok()) << "direct request after P was replaced: " << d.describe();
+  // Through the proxy (which must learn the new engine id) within a few seconds.
+  Reply viaproxy;
+  auto deadline = Deadline::after_ms(end_within_ms());
+  do {
+    viaproxy = send(pd_.proxy.port, "/v1/completions", completion(long_prompt(60, 21), 5));
+  } while (!viaproxy.is_ok() && !deadline.is_expired());
+  EXPECT_TRUE(viaproxy.is_ok()) << "proxied request after P was replaced: " << viaproxy.describe();
+  expect_blocks_back();
+}
+
+// D dies (SIGKILL) while its fetches are in flight: P frees everything by its deadline and
+// keeps serving.
+TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
+  start(false);
+  Bystanders bystanders(pd_.prefill.port, 1, "plain requests on P");
+  constexpr int kNumAffected = 4;
+  std::vector<std::string> ids;
+  std::vector<json> bodies;
+  for (int i = 0; i < kNumAffected; ++i) {
+    ids.push_back(new_transfer_id());
+    bodies.push_back(completion(long_prompt(300, 30 + i), 20, true));
+  }
+  std::vector<Reply> d_replies(kNumAffected), p_replies(kNumAffected);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kNumAffected; ++i) {
+    threads.emplace_back([&, i] {
+      d_replies[i] =
+          send(pd_.decode.port, "/v1/completions",
+               decode_body(bodies[i], ids[i], pd_.prefill.bootstrap_url(), pd_.engine_id));
+    });
+    threads.emplace_back([&, i] {
+      p_replies[i] = send(pd_.prefill.port, "/v1/completions", prefill_body(bodies[i], ids[i]));
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  pd_.decode.process->kill_now();
+  for (auto& t : threads) {
+    t.join();
+  }
+  for (int i = 0; i < kNumAffected; ++i) {
+    EXPECT_TRUE(p_replies[i].transport_error.empty() && p_replies[i].status != 0)
+        << "P's half did not end cleanly: " << p_replies[i].describe();
+    EXPECT_LE(p_replies[i].seconds * 1000, end_within_ms()) << p_replies[i].describe();
+  }
+  EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, blocks_deadline()), 0)
+      << "P kept blocks for a dead D";
+  bystanders.expect_all_ok();
+  // P still serves a new D.
+  ServeSpec again = spec_;
+  again.role = "decode";
+  auto d = start_serve("D2", again);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  pd_.decode = std::move(*d);
+  Reply after = direct_pair(completion(long_prompt(60, 40), 5));
+  EXPECT_TRUE(after.is_ok()) << "request after D was replaced: " << after.describe();
+  expect_blocks_back();
+}
+
+}  // namespace
+}  // namespace crescent::testing
