@@ -1,0 +1,66 @@
+#include "disagg/compat_info.h"
+
+#include <string_view>
+
+namespace crescent::disagg {
+namespace {
+
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+void mix_bytes(uint64_t* h, std::string_view bytes) {
+  for (unsigned char c : bytes) {
+    *h = (*h ^ c) * kFnvPrime;
+  }
+}
+
+// Length-prefixed so that ("ab", "c") and ("a", "bc") hash differently.
+void mix_string(uint64_t* h, std::string_view s) {
+  mix_bytes(h, std::to_string(s.size()) + ":");
+  mix_bytes(h, s);
+}
+
+void mix_int(uint64_t* h, int v) {
+  mix_string(h, std::to_string(v));
+}
+
+}  // namespace
+
+uint64_t KvCompatInfo::hash() const {
+  uint64_t h = kFnvOffset;
+  mix_string(&h, model);
+  mix_string(&h, dtype);
+  mix_int(&h, num_layers);
+  mix_int(&h, num_kv_heads);
+  mix_int(&h, head_dim);
+  mix_int(&h, block_size);
+  mix_string(&h, layout);
+  return h;
+}
+
+std::string describe_first_difference(const KvCompatInfo& here, const KvCompatInfo& peer) {
+  auto text = [](const char* field, const std::string& a, const std::string& b) {
+    return std::string(field) + ": \"" + a + "\" here, \"" + b + "\" at the peer";
+  };
+  auto number = [](const char* field, int a, int b) {
+    return std::string(field) + ": " + std::to_string(a) + " here, " + std::to_string(b) +
+           " at the peer";
+  };
+  if (here.model != peer.model)
+    return text("model", here.model, peer.model);
+  if (here.dtype != peer.dtype)
+    return text("dtype", here.dtype, peer.dtype);
+  if (here.num_layers != peer.num_layers)
+    return number("num_layers", here.num_layers, peer.num_layers);
+  if (here.num_kv_heads != peer.num_kv_heads)
+    return number("num_kv_heads", here.num_kv_heads, peer.num_kv_heads);
+  if (here.head_dim != peer.head_dim)
+    return number("head_dim", here.head_dim, peer.head_dim);
+  if (here.block_size != peer.block_size)
+    return number("block_size", here.block_size, peer.block_size);
+  if (here.layout != peer.layout)
+    return text("layout", here.layout, peer.layout);
+  return "";
+}
+
+}  // namespace crescent::disagg
