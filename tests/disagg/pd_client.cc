@@ -141,6 +141,9 @@ Reply send(int port, const std::string& path, const json& body, const SendOption
           }
         });
         ++num_pieces;
+        if (options.on_piece) {
+          options.on_piece();
+        }
         return options.disconnect_after_pieces == 0 || num_pieces < options.disconnect_after_pieces;
       },
       deadline);

@@ -4,6 +4,7 @@
 // message from an error body or an SSE error event), kv_transfer_params for driving P and D
 // directly, and /metrics read as numbers.
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -42,6 +43,8 @@ struct SendOptions {
   net::http::Headers headers;
   // Streamed only: stop reading (close the connection) after this many body pieces.
   int disconnect_after_pieces = 0;
+  // Streamed only: called (on the sending thread) after each body piece was read.
+  std::function<void()> on_piece;
   int timeout_ms = 60'000;
 };
 
