@@ -180,6 +180,8 @@ void EngineLoop::run() {
                           << stats.num_blocks_held_for_remote << " block references within "
                           << options_.shutdown_kv_wait_ms << " ms; freeing them anyway";
       engine_->drop_remote_holds();
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = engine_->stats();
     }
     if (stopping && !engine_->has_unfinished_requests()) {
       std::lock_guard<std::mutex> lock(mu_);

@@ -10,11 +10,13 @@
 
 #include "core/clock.h"
 #include "engine/engine_test_util.h"
+#include "engine/fake_kv_connector_test_util.h"
 
 namespace crescent::engine {
 namespace {
 
 using testing::fake_options;
+using testing::FakeKvConnector;
 using testing::FakeModelRunner;
 using testing::kVocab;
 
@@ -193,6 +195,126 @@ TEST(EngineLoopTest, InvalidRequestIsRefusedAtSubmit) {
   ASSERT_TRUE(loop.submit(r, recorder.callback()).is_ok());
   ASSERT_TRUE(wait_for([&] { return recorder.num_finished() == 1; }));
   EXPECT_EQ(recorder.states()["r"].tokens.size(), 3u);
+}
+
+EngineRequest remote_prefill_request(const std::string& id, int salt, int max_tokens) {
+  EngineRequest r = request(id, salt, max_tokens);
+  r.kv_transfer_params.do_remote_prefill = true;
+  r.kv_transfer_params.transfer_id = "xfer-" + id;
+  return r;
+}
+
+struct KvLoop {
+  FakeModelRunner runner{kVocab, 64, 4};
+  FakeKvConnector connector;
+  std::unique_ptr<EngineLoop> loop;
+  explicit KvLoop(EngineLoopOptions loop_options) {
+    EngineOptions o = fake_options();
+    o.kv_connector = &connector;
+    loop = std::make_unique<EngineLoop>(std::make_unique<Engine>(o, &runner), loop_options);
+  }
+  bool wait_parked(const std::string& id) {
+    return wait_for([&] {
+      return connector.pending_fetches().contains(id) &&
+             loop->stats().num_waiting_for_remote_kv == 1;
+    });
+  }
+};
+
+TEST(EngineLoopTest, ConnectorEventWakesTheLoopWhichDoesNotSpinMeanwhile) {
+  EngineLoopOptions lo;
+  lo.kv_poll_interval_ms = 5000;  // so that only the wakeup can explain a quick resume
+  KvLoop k(lo);
+  ASSERT_TRUE(k.connector.wakeup() != nullptr) << "the loop must register its wakeup";
+  std::atomic<int64_t> first_output_ns{0};
+  Recorder recorder;
+  OutputCallback record = recorder.callback();
+  const EngineRequest r = remote_prefill_request("r", 5, 4);
+  ASSERT_TRUE(k.loop
+                  ->submit(r,
+                           [&](const RequestOutput& o) {
+                             int64_t zero = 0;
+                             first_output_ns.compare_exchange_strong(zero, now_ns());
+                             record(o);
+                           })
+                  .is_ok());
+  ASSERT_TRUE(k.wait_parked("r"));
+  const int calls_before = k.connector.num_take_events_calls();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int idle_calls = k.connector.num_take_events_calls() - calls_before;
+  EXPECT_LE(idle_calls, 2) << "the loop polls the connector while it has nothing to do";
+
+  const FakeKvConnector::Fetch f = k.connector.pending_fetches().at("r");
+  k.runner.write_kv(f.prompt_token_ids, f.block_ids, 0,
+                    static_cast<int64_t>(f.prompt_token_ids.size()) - 1);
+  const int64_t completed_ns = now_ns();
+  ASSERT_TRUE(k.connector.complete_fetch("r"));
+  ASSERT_TRUE(wait_for([&] { return recorder.num_finished() == 1; }));
+  const double wake_ms = static_cast<double>(first_output_ns.load() - completed_ns) / 1e6;
+  std::printf("connector event -> first token: %.3f ms; take_events calls in 300 ms idle: %d\n",
+              wake_ms, idle_calls);
+  EXPECT_LT(wake_ms, 250) << "the loop slept through the connector's wakeup";
+  EngineRequest plain = r;
+  plain.kv_transfer_params = {};
+  EXPECT_EQ(recorder.states()["r"].tokens, testing::run_alone(plain).tokens);
+  EXPECT_EQ(recorder.states()["r"].reason, FinishReason::kLength);
+  EXPECT_EQ(k.runner.num_tokens_computed(), 1 + 3);
+}
+
+TEST(EngineLoopTest, ShutdownGivesUpOnAConnectorThatNeverReports) {
+  EngineLoopOptions lo;
+  lo.shutdown_kv_wait_ms = 300;
+  KvLoop k(lo);
+  Recorder recorder;
+  ASSERT_TRUE(k.loop->submit(remote_prefill_request("r", 6, 4), recorder.callback()).is_ok());
+  ASSERT_TRUE(k.wait_parked("r"));
+  const Deadline hang = Deadline::after_ms(10000);
+  k.loop->shutdown();
+  EXPECT_FALSE(hang.is_expired()) << "shutdown hung on the connector";
+  EXPECT_EQ(recorder.num_finished(), 1);
+  EXPECT_EQ(recorder.states()["r"].reason, FinishReason::kAbort);
+  EXPECT_EQ(k.connector.cancels(), std::vector<std::string>{"r"});
+  EXPECT_EQ(k.loop->stats().num_blocks_used, 0);
+  EXPECT_EQ(k.loop->stats().num_blocks_held_for_remote, 0);
+  std::function<void()> wakeup = k.connector.wakeup();
+  k.loop.reset();
+  wakeup();  // a connector thread calling after the loop is gone: a no-op, not a crash
+}
+
+TEST(EngineLoopTest, ShutdownWaitsForTheConnectorToGiveBlocksBack) {
+  EngineLoopOptions lo;
+  lo.shutdown_kv_wait_ms = 20000;
+  KvLoop k(lo);
+  k.connector.set_report_on_cancel(true);  // reports the cancelled fetch at once
+  Recorder recorder;
+  ASSERT_TRUE(k.loop->submit(remote_prefill_request("r", 7, 4), recorder.callback()).is_ok());
+  ASSERT_TRUE(k.wait_parked("r"));
+  const Deadline quick = Deadline::after_ms(5000);
+  k.loop->shutdown();
+  EXPECT_FALSE(quick.is_expired()) << "shutdown waited for its timeout, not for the report";
+  EXPECT_EQ(recorder.states()["r"].reason, FinishReason::kAbort);
+  EXPECT_EQ(k.loop->stats().num_blocks_used, 0);
+}
+
+TEST(EngineLoopTest, HeldBlocksAreReleasedByTheConnectorThroughTheLoop) {
+  EngineLoopOptions lo;
+  lo.shutdown_kv_wait_ms = 200;
+  KvLoop k(lo);
+  Recorder recorder;
+  EngineRequest r = request("p", 8, 1);
+  r.kv_transfer_params.do_remote_decode = true;
+  ASSERT_TRUE(k.loop->submit(r, recorder.callback()).is_ok());
+  ASSERT_TRUE(wait_for([&] { return recorder.num_finished() == 1; }));
+  ASSERT_TRUE(wait_for([&] { return k.loop->stats().num_blocks_held_for_remote > 0; }));
+  ASSERT_TRUE(k.connector.release_hold("p"));
+  ASSERT_TRUE(wait_for([&] { return k.loop->stats().num_blocks_used == 0; }));
+  // A second one stays held at shutdown: given up after the wait, and cancelled.
+  r.request_id = "q";
+  ASSERT_TRUE(k.loop->submit(r, recorder.callback()).is_ok());
+  ASSERT_TRUE(wait_for([&] { return k.connector.pending_holds().contains("q"); }));
+  k.loop->shutdown();
+  EXPECT_EQ(k.connector.cancels(), std::vector<std::string>{"q"});
+  EXPECT_EQ(k.loop->stats().num_blocks_used, 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -37,6 +38,28 @@ class FakeModelRunner : public ModelRunner {
     scripts_[first_token] = {prompt_len, std::move(tokens)};
   }
   void fail_on_call(int call_index) { fail_on_call_ = call_index; }
+
+  // What a peer's KV transfer does to this fake cache: writes the K/V of positions
+  // [begin, end) of `tokens` into the slots of `block_table`, as if they had been computed.
+  void write_kv(std::span<const int32_t> tokens, std::span<const int32_t> block_table,
+                int64_t begin, int64_t end) {
+    for (int64_t pos = begin; pos < end; ++pos) {
+      Slot& slot = kv_[slot_index(block_table, pos)];
+      slot.token_id = tokens[pos];
+      slot.pos = pos;
+    }
+  }
+  // Whether the slots of `block_table` hold the K/V of positions [begin, end) of `tokens`.
+  bool holds_kv(std::span<const int32_t> tokens, std::span<const int32_t> block_table,
+                int64_t begin, int64_t end) const {
+    for (int64_t pos = begin; pos < end; ++pos) {
+      const Slot& slot = kv_[slot_index(block_table, pos)];
+      if (slot.token_id != tokens[pos] || slot.pos != pos) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   int num_calls() const { return num_calls_; }
   int64_t num_tokens_computed() const { return num_tokens_computed_; }
