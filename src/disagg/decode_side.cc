@@ -86,6 +86,7 @@ void DecodeSide::start(const std::string& request_id, const engine::KvTransferPa
   if (!is_needed && invalid.is_ok()) {
     // The local prefix covers the prompt: tell the prefill engine (best effort) and report
     // nothing, as the engine does not wait for this request.
+    ctx_->metrics->count_result(TransferRole::kDecode, TransferResult::kNotNeeded);
     if (!is_stopping_) {
       std::string url = params.remote_bootstrap_addr;
       std::string engine_id = params.remote_engine_id;

@@ -65,6 +65,9 @@ struct DisaggOptions {
   KvCompatInfo compat;
   KvMemory memory;
   EngineResolveFn resolve;  // decode side; required unless the engine is prefill-only
+  // Fault injection for tests: runs on the write thread after a transfer's batch was
+  // submitted and before it is waited for.
+  std::function<void(const std::string& transfer_id)> on_write_submitted;
 };
 
 class KvTransferConnector final : public engine::KvConnector {

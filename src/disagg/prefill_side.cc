@@ -379,7 +379,7 @@ void PrefillSide::run_write(const std::string& transfer_id) {
   }
   TimePoint t0 = Clock::now();
   uint64_t num_bytes = 0;
-  Status s = peer ? write_blocks(*peer, snapshot, &num_bytes)
+  Status s = peer ? write_blocks(*peer, transfer_id, snapshot, &num_bytes)
                   : cancelled("the decode engine's control connection closed");
   auto write_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
@@ -414,7 +414,8 @@ void PrefillSide::run_write(const std::string& transfer_id) {
   finish_locked(out, it, result);
 }
 
-Status PrefillSide::write_blocks(DecodePeer& peer, const Outgoing& t, uint64_t* num_bytes) {
+Status PrefillSide::write_blocks(DecodePeer& peer, const std::string& transfer_id,
+                                 const Outgoing& t, uint64_t* num_bytes) {
   Deadline deadline = Deadline::after(ctx_->options->transfer_timeout);
   const KvMemory& mem = ctx_->options->memory;
   std::span<const int32_t> src(t.block_ids.data() + t.ask.first_block, t.ask.block_ids.size());
@@ -448,6 +449,8 @@ Status PrefillSide::write_blocks(DecodePeer& peer, const Outgoing& t, uint64_t* 
     peer.needs_reopen = true;
     return batch.status();
   }
+  if (ctx_->options->on_write_submitted)
+    ctx_->options->on_write_submitted(transfer_id);
   Status s = ctx_->transfer->wait(*batch, deadline);
   ctx_->transfer->release(*batch);
   if (!s.is_ok()) {
@@ -471,6 +474,7 @@ void PrefillSide::handle_not_needed(const std::shared_ptr<DecodePeer>& peer,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = transfers_.find(ref->transfer_id);
   if (it == transfers_.end()) {
+    ctx_->metrics->count_result(TransferRole::kPrefill, TransferResult::kNotNeeded);
     Outgoing t;
     t.phase = Phase::kNotNeeded;
     t.deadline = Deadline::after(ctx_->options->transfer_timeout);
@@ -480,7 +484,7 @@ void PrefillSide::handle_not_needed(const std::shared_ptr<DecodePeer>& peer,
     return;
   }
   if (it->second.phase == Phase::kHeld)
-    finish_locked(out, it, TransferResult::kCancelled);
+    finish_locked(out, it, TransferResult::kNotNeeded);
   // ASKed or writing: the decode engine uses CANCEL for those; NOT_NEEDED changes nothing.
 }
 

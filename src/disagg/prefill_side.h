@@ -101,7 +101,8 @@ class PrefillSide {
   // the prompt differs (the entry is erased and the asker told).
   bool start_write_locked(Outbox& out, OutgoingMap::iterator it);
   void run_write(const std::string& transfer_id);
-  Status write_blocks(DecodePeer& peer, const Outgoing& t, uint64_t* num_bytes);
+  Status write_blocks(DecodePeer& peer, const std::string& transfer_id, const Outgoing& t,
+                      uint64_t* num_bytes);
   // Under mu_: erases a transfer; releases its blocks if the engine held them.
   void finish_locked(Outbox& out, OutgoingMap::iterator it, TransferResult result);
   void send_done_locked(uint64_t channel_id, const std::string& transfer_id, const Status& s,

@@ -10,7 +10,7 @@ const char* role_name(int role) {
 }
 
 const char* result_name(int result) {
-  static const char* kNames[] = {"ok", "error", "cancelled", "expired"};
+  static const char* kNames[] = {"ok", "error", "cancelled", "expired", "not_needed"};
   return kNames[result];
 }
 
@@ -92,6 +92,7 @@ KvTransferMetricsSnapshot TransferMetrics::snapshot() const {
     out[r]->num_error = p.num_by_result[1];
     out[r]->num_cancelled = p.num_by_result[2];
     out[r]->num_expired = p.num_by_result[3];
+    out[r]->num_not_needed = p.num_by_result[4];
     out[r]->num_bytes = p.num_bytes;
     out[r]->num_in_flight = p.num_in_flight;
     out[r]->num_write_latency_samples = p.write_seconds.count();
@@ -106,7 +107,7 @@ void TransferMetrics::render(std::string* out) const {
   prometheus::append_header(out, p + "transfers_total", "counter",
                             "KV transfers that ended, by role and result.");
   for (int r = 0; r < 2; ++r) {
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kNumTransferResults; ++k) {
       prometheus::append_sample(
           out,
           p + "transfers_total{role=\"" + role_name(r) + "\",result=\"" + result_name(k) + "\"}",

@@ -14,13 +14,17 @@
 namespace crescent::disagg {
 
 enum class TransferRole { kPrefill = 0, kDecode = 1 };
-enum class TransferResult { kOk = 0, kError = 1, kCancelled = 2, kExpired = 3 };
+// kNotNeeded: the decode engine's own prefix cache covered the prompt (NOT_NEEDED sent or
+// received); such a transfer never moves bytes.
+enum class TransferResult { kOk = 0, kError = 1, kCancelled = 2, kExpired = 3, kNotNeeded = 4 };
+inline constexpr int kNumTransferResults = 5;
 
 struct RoleCountsSnapshot {
   uint64_t num_ok = 0;
   uint64_t num_error = 0;
   uint64_t num_cancelled = 0;
   uint64_t num_expired = 0;
+  uint64_t num_not_needed = 0;
   uint64_t num_bytes = 0;
   int64_t num_in_flight = 0;
   uint64_t num_write_latency_samples = 0;
@@ -61,7 +65,7 @@ class TransferMetrics {
 
  private:
   struct PerRole {
-    uint64_t num_by_result[4] = {0, 0, 0, 0};
+    uint64_t num_by_result[kNumTransferResults] = {};
     uint64_t num_bytes = 0;
     int64_t num_in_flight = 0;
     prometheus::Histogram write_seconds;
