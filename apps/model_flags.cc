@@ -21,11 +21,21 @@ void ModelFlags::add_to(FlagParser& flags) {
   flags.require("model");
 }
 
+int ModelFlags::num_threads() const {
+  return threads > 0 ? threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load() const {
-  int n =
-      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ThreadPool::set_default_threads(n);
+  ThreadPool::set_default_threads(num_threads());
+  return load(ThreadPool::default_pool(), {});
+}
+
+Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load(
+    ThreadPool& pool,
+    std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory) const {
   engine::LoadOptions options;
+  options.allocate_kv_memory = std::move(allocate_kv_memory);
   options.model_path = model;
   if (weights == "auto") {
     options.transformer.weights = model::TransformerOptions::Weights::kAuto;
@@ -46,7 +56,7 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load() const {
   options.max_num_seqs = max_num_seqs;
   options.max_num_batched_tokens = max_num_batched_tokens;
   options.enable_prefix_caching = enable_prefix_caching;
-  return engine::load_engine(options, ThreadPool::default_pool());
+  return engine::load_engine(options, pool);
 }
 
 }  // namespace crescent::apps

@@ -2,6 +2,7 @@
 // The flags every command that runs a model shares (--model, --threads, KV cache size, ...),
 // and the load that turns them into an engine::LoadedEngine.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,13 @@ struct ModelFlags {
   void add_to(FlagParser& flags);
   // Sizes the default thread pool and loads the model.
   Result<std::unique_ptr<engine::LoadedEngine>> load() const;
+  // Loads the model onto `pool` (one per data-parallel rank) with the KV cache from
+  // allocate_kv_memory (empty: private memory). Does not touch the default pool's size.
+  Result<std::unique_ptr<engine::LoadedEngine>> load(
+      ThreadPool& pool,
+      std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory) const;
+  // The compute threads --threads asks for (all cores when 0).
+  int num_threads() const;
 };
 
 }  // namespace crescent::apps

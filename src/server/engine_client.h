@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/kv_connector.h"
 #include "engine/sampling_params.h"
 
 namespace crescent::server {
@@ -52,6 +53,14 @@ struct EngineMetrics {
   int64_t num_prompt_tokens_total = 0;
   int64_t num_generation_tokens_total = 0;
   int64_t num_preemptions_total = 0;
+  int num_waiting_for_remote_kv = 0;   // decode side: parked until a prefill engine sends KV
+  int num_blocks_held_for_remote = 0;  // blocks kept for a peer (prefill side, or in a cancel)
+};
+
+// Per-request routing and disaggregation settings beside the prompt and sampling parameters.
+struct SubmitOptions {
+  engine::KvTransferParams kv_transfer;  // from the body's kv_transfer_params
+  int data_parallel_rank = -1;           // X-data-parallel-rank; -1: the client picks
 };
 
 struct ChatMessage {
@@ -78,7 +87,8 @@ class EngineClient {
   // InvalidArgument for a request the engine refuses (bad params, prompt too long, duplicate
   // id); on_output is then never called.
   virtual Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                        engine::SamplingParams sampling, OutputCallback on_output) = 0;
+                        engine::SamplingParams sampling, const SubmitOptions& options,
+                        OutputCallback on_output) = 0;
   // Frees the request's resources at once; its last output (finish_reason "abort") follows.
   // Unknown or finished ids are ignored.
   virtual void abort(const std::string& request_id) = 0;

@@ -4,9 +4,12 @@
 
 namespace crescent::server {
 
-Result<std::unique_ptr<EngineLoopClient>> EngineLoopClient::create(engine::LoadedEngine* loaded) {
-  RETURN_IF_ERROR(engine::Engine::validate_options(loaded->engine_options, *loaded->runner));
-  auto eng = std::make_unique<engine::Engine>(loaded->engine_options, loaded->runner.get());
+Result<std::unique_ptr<EngineLoopClient>> EngineLoopClient::create(
+    engine::LoadedEngine* loaded, engine::KvConnector* kv_connector) {
+  engine::EngineOptions options = loaded->engine_options;
+  options.kv_connector = kv_connector;
+  RETURN_IF_ERROR(engine::Engine::validate_options(options, *loaded->runner));
+  auto eng = std::make_unique<engine::Engine>(std::move(options), loaded->runner.get());
   auto loop = std::make_unique<engine::EngineLoop>(std::move(eng));
   return std::unique_ptr<EngineLoopClient>(new EngineLoopClient(loaded, std::move(loop)));
 }
@@ -51,8 +54,10 @@ Result<std::string> EngineLoopClient::render_chat(const std::vector<ChatMessage>
 }
 
 Status EngineLoopClient::submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                                engine::SamplingParams sampling, OutputCallback on_output) {
+                                engine::SamplingParams sampling, const SubmitOptions& options,
+                                OutputCallback on_output) {
   engine::EngineRequest request;
+  request.kv_transfer_params = options.kv_transfer;
   request.request_id = std::move(request_id);
   request.prompt_token_ids = std::move(prompt_token_ids);
   request.sampling = std::move(sampling);
@@ -100,6 +105,8 @@ EngineMetrics EngineLoopClient::metrics() const {
   m.num_prompt_tokens_total = s.num_prompt_tokens_total;
   m.num_generation_tokens_total = s.num_generation_tokens_total;
   m.num_preemptions_total = s.num_preemptions_total;
+  m.num_waiting_for_remote_kv = s.num_waiting_for_remote_kv;
+  m.num_blocks_held_for_remote = s.num_blocks_held_for_remote;
   return m;
 }
 

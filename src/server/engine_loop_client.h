@@ -14,8 +14,10 @@ namespace crescent::server {
 
 class EngineLoopClient : public EngineClient {
  public:
-  // InvalidArgument if the loaded engine's options do not fit its runner.
-  static Result<std::unique_ptr<EngineLoopClient>> create(engine::LoadedEngine* loaded);
+  // InvalidArgument if the loaded engine's options do not fit its runner. kv_connector (may
+  // be null: requests with kv_transfer_params are refused) must outlive this object.
+  static Result<std::unique_ptr<EngineLoopClient>> create(
+      engine::LoadedEngine* loaded, engine::KvConnector* kv_connector = nullptr);
   ~EngineLoopClient() override;  // shutdown()
 
   // Aborts whatever runs (each request gets its "abort" output) and stops the engine thread.
@@ -29,7 +31,8 @@ class EngineLoopClient : public EngineClient {
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt) const override;
   Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                engine::SamplingParams sampling, OutputCallback on_output) override;
+                engine::SamplingParams sampling, const SubmitOptions& options,
+                OutputCallback on_output) override;
   void abort(const std::string& request_id) override;
   EngineMetrics metrics() const override;
 

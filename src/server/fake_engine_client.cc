@@ -78,7 +78,8 @@ int32_t FakeEngineClient::output_token(const std::vector<int32_t>& prompt, int k
 }
 
 Status FakeEngineClient::submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                                engine::SamplingParams sampling, OutputCallback on_output) {
+                                engine::SamplingParams sampling,
+                                const SubmitOptions& submit_options, OutputCallback on_output) {
   RETURN_IF_ERROR(engine::validate(sampling, options_.vocab_size));
   if (prompt_token_ids.empty()) {
     return invalid_argument("the prompt is empty");
@@ -92,6 +93,7 @@ Status FakeEngineClient::submit(std::string request_id, std::vector<int32_t> pro
   if (running_.count(request_id) != 0) {
     return already_exists("request id " + request_id + " is in use");
   }
+  last_submit_options_ = submit_options;
   Sequence seq;
   seq.prompt = std::move(prompt_token_ids);
   seq.sampling = std::move(sampling);
@@ -189,6 +191,11 @@ void FakeEngineClient::run() {
     }
     lock.lock();
   }
+}
+
+SubmitOptions FakeEngineClient::last_submit_options() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_submit_options_;
 }
 
 }  // namespace crescent::server

@@ -34,9 +34,13 @@ class FakeEngineClient : public EngineClient {
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt) const override;
   Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                engine::SamplingParams sampling, OutputCallback on_output) override;
+                engine::SamplingParams sampling, const SubmitOptions& options,
+                OutputCallback on_output) override;
   void abort(const std::string& request_id) override;
   EngineMetrics metrics() const override;
+
+  // The options of the last accepted submit(), for tests of the server's parsing.
+  SubmitOptions last_submit_options() const;
 
   // The token the fake produces at output position k for this prompt.
   static int32_t output_token(const std::vector<int32_t>& prompt, int k, int vocab_size);
@@ -56,6 +60,7 @@ class FakeEngineClient : public EngineClient {
   std::condition_variable cv_;
   std::map<std::string, Sequence> running_;
   EngineMetrics metrics_;
+  SubmitOptions last_submit_options_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -53,6 +53,12 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
             : 0.0);
   gauge("crescent_kv_cache_blocks_used", "KV-cache blocks in use.", engine.num_blocks_used);
   gauge("crescent_kv_cache_blocks_total", "KV-cache blocks in the pool.", engine.num_blocks_total);
+  gauge("crescent_num_requests_waiting_for_remote_kv",
+        "Decode-side requests waiting for a prefill engine to send their KV.",
+        engine.num_waiting_for_remote_kv);
+  gauge("crescent_kv_cache_blocks_held_for_remote",
+        "KV-cache blocks kept for a peer engine (counted in blocks_used too).",
+        engine.num_blocks_held_for_remote);
   counter("crescent_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           static_cast<double>(engine.prefix_cache_queries_tokens));
   counter("crescent_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

@@ -322,6 +322,53 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
   return std::nullopt;
 }
 
+// kv_transfer_params as DESIGN.md §2 fixes them. Unknown keys are ignored (vLLM's connectors
+// add their own); the ones crescent reads must have the right type and fit together.
+std::optional<ApiError> parse_kv_transfer_params(const json& p, engine::KvTransferParams* out) {
+  constexpr size_t kMaxFieldBytes = 512;
+  const std::string prefix = "kv_transfer_params.";
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(p, "do_remote_prefill", &out->do_remote_prefill));
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(p, "do_remote_decode", &out->do_remote_decode));
+  for (auto [field, dst] : {std::pair{"transfer_id", &out->transfer_id},
+                            std::pair{"remote_engine_id", &out->remote_engine_id},
+                            std::pair{"remote_bootstrap_addr", &out->remote_bootstrap_addr}}) {
+    auto it = p.find(field);
+    if (it == p.end() || it->is_null()) {
+      continue;
+    }
+    if (!it->is_string()) {
+      return wrong_type(prefix + field, "a string", *it);
+    }
+    if (it->get_ref<const std::string&>().size() > kMaxFieldBytes) {
+      return bad_request(
+          "'" + prefix + field + "' is longer than " + std::to_string(kMaxFieldBytes) + " bytes",
+          prefix + field);
+    }
+    *dst = it->get<std::string>();
+  }
+  if (out->do_remote_prefill && out->do_remote_decode) {
+    return bad_request(
+        "kv_transfer_params: do_remote_prefill and do_remote_decode cannot both be true",
+        "kv_transfer_params");
+  }
+  if (out->is_remote() && out->transfer_id.empty()) {
+    return bad_request("kv_transfer_params: 'transfer_id' is required with do_remote_" +
+                           std::string(out->do_remote_prefill ? "prefill" : "decode"),
+                       prefix + "transfer_id");
+  }
+  if (out->do_remote_prefill) {
+    for (auto [field, value] : {std::pair{"remote_engine_id", &out->remote_engine_id},
+                                std::pair{"remote_bootstrap_addr", &out->remote_bootstrap_addr}}) {
+      if (value->empty()) {
+        return bad_request(
+            std::string("kv_transfer_params: '") + field + "' is required with do_remote_prefill",
+            prefix + field);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError bad_request(std::string message, std::string param) {
@@ -384,6 +431,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
     if (!it->is_object()) {
       return wrong_type("kv_transfer_params", "an object", *it);
     }
+    CRESCENT_RETURN_IF_API_ERROR(parse_kv_transfer_params(*it, &out->kv_transfer));
     out->kv_transfer_params = *it;
   }
   return std::nullopt;

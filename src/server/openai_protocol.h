@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_connector.h"
 #include "engine/sampling_params.h"
 #include "server/engine_client.h"
 
@@ -41,7 +42,8 @@ struct GenerationRequest {
   bool include_usage = false;
   // Chat: logprobs is a bool and top_logprobs the count; completions: logprobs is the count.
   bool want_logprobs = false;
-  std::optional<nlohmann::json> kv_transfer_params;
+  std::optional<nlohmann::json> kv_transfer_params;  // as sent: echoed in the response
+  engine::KvTransferParams kv_transfer;              // the fields crescent acts on
 };
 
 // Parses and checks a body; everything that does not need the engine (types, ranges,

@@ -1,6 +1,8 @@
 #include "server/openai_server.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 
@@ -189,10 +191,13 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
   }
   if (request.path == "/metrics") {
     metrics_.observe_http_request(200);
-    return writer->send(
-        200, "text/plain; version=0.0.4; charset=utf-8",
+    std::string text =
         metrics_.render(options_.served_model_name, engine ? engine->metrics() : EngineMetrics{},
-                        num_in_flight_.load()));
+                        num_in_flight_.load());
+    if (options_.extra_metrics) {
+      options_.extra_metrics(&text);
+    }
+    return writer->send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
   }
   if (request.path == "/version") {
     return send_json(*writer, 200, R"({"version":"crescent-0.1"})");
@@ -297,6 +302,19 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
                     "max_tokens"));
   }
 
+  SubmitOptions submit_options;
+  submit_options.kv_transfer = req.kv_transfer;
+  if (std::string rank = request.header("x-data-parallel-rank"); !rank.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    long value = std::strtol(rank.c_str(), &end, 10);
+    if (errno != 0 || end == rank.c_str() || *end != '\0' || value < 0 || value > 1'000'000) {
+      return fail(bad_request("header X-data-parallel-rank must be a non-negative integer, got '" +
+                              rank + "'"));
+    }
+    submit_options.data_parallel_rank = static_cast<int>(value);
+  }
+
   call->x_request_id = request.header("x-request-id");
   uint64_t number = next_request_number_.fetch_add(1);
   std::string base = call->x_request_id.empty() ? random_uuid() : call->x_request_id;
@@ -307,7 +325,7 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   num_in_flight_.fetch_add(1);
   // Outputs wait for the stream's headers: on_output takes this lock too.
   std::unique_lock<std::mutex> lock(call->mu);
-  Status s = engine->submit(call->engine_id, std::move(prompt), req.sampling,
+  Status s = engine->submit(call->engine_id, std::move(prompt), req.sampling, submit_options,
                             [this, call](const GenerationOutput& out) { on_output(call, out); });
   if (!s.is_ok()) {
     num_in_flight_.fetch_sub(1);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,8 @@ struct OpenAiServerOptions {
   // max_tokens when a /v1/completions request gives none (OpenAI's default); chat requests
   // without one may use the rest of the context.
   int default_completion_max_tokens = 16;
+  // Appends more Prometheus text to /metrics (the KV connector's metrics). Thread-safe.
+  std::function<void(std::string*)> extra_metrics;
 };
 
 class OpenAiServer {

@@ -180,6 +180,66 @@ TEST_F(OpenAiServerTest, KvTransferParamsAndLogprobsComeBack) {
   EXPECT_EQ(body["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
 }
 
+TEST_F(OpenAiServerTest, KvTransferParamsAndRankHeaderReachTheEngine) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions", R"({"prompt":"a b","max_tokens":1,
+      "kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,
+        "transfer_id":"xfer-1","remote_engine_id":"E1",
+        "remote_bootstrap_addr":"http://127.0.0.1:8998","vendor_extra":[1,2]}})",
+                {{"X-data-parallel-rank", "3"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  SubmitOptions got = engine_->last_submit_options();
+  EXPECT_TRUE(got.kv_transfer.do_remote_prefill);
+  EXPECT_FALSE(got.kv_transfer.do_remote_decode);
+  EXPECT_EQ(got.kv_transfer.transfer_id, "xfer-1");
+  EXPECT_EQ(got.kv_transfer.remote_engine_id, "E1");
+  EXPECT_EQ(got.kv_transfer.remote_bootstrap_addr, "http://127.0.0.1:8998");
+  EXPECT_EQ(got.data_parallel_rank, 3);
+  // Echoed as sent, unknown keys included.
+  EXPECT_EQ(json::parse(r.body)["kv_transfer_params"]["vendor_extra"], json::array({1, 2}));
+
+  r = post("/v1/completions", R"({"prompt":"a b","max_tokens":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  got = engine_->last_submit_options();
+  EXPECT_FALSE(got.kv_transfer.is_remote());
+  EXPECT_EQ(got.data_parallel_rank, -1);
+}
+
+TEST_F(OpenAiServerTest, BadKvTransferParamsAndRankHeaderAre400) {
+  server_->set_engine(engine_.get());
+  struct Case {
+    const char* params;
+    const char* rank;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {R"({"do_remote_prefill":"yes"})", "", "'do_remote_prefill' must be a boolean"},
+      {R"({"do_remote_decode":true})", "", "'transfer_id' is required"},
+      {R"({"do_remote_decode":true,"do_remote_prefill":true,"transfer_id":"t"})", "",
+       "cannot both be true"},
+      {R"({"do_remote_prefill":true,"transfer_id":"t","remote_bootstrap_addr":"http://h:1"})", "",
+       "'remote_engine_id' is required"},
+      {R"({"do_remote_prefill":true,"transfer_id":"t","remote_engine_id":"e"})", "",
+       "'remote_bootstrap_addr' is required"},
+      {R"({"do_remote_decode":true,"transfer_id":7})", "", "'kv_transfer_params.transfer_id' must"},
+      {R"({})", "-1", "X-data-parallel-rank must be a non-negative integer"},
+      {R"({})", "two", "X-data-parallel-rank must be a non-negative integer"},
+  };
+  for (const Case& c : cases) {
+    net::http::Headers headers;
+    if (*c.rank != '\0') {
+      headers["X-data-parallel-rank"] = c.rank;
+    }
+    auto r =
+        post("/v1/completions",
+             std::string(R"({"prompt":"a","max_tokens":1,"kv_transfer_params":)") + c.params + "}",
+             headers);
+    EXPECT_EQ(r.status, 400) << c.params << " " << r.body;
+    EXPECT_NE(r.body.find(c.message_part), std::string::npos) << c.params << " " << r.body;
+  }
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})").status, 200);
+}
+
 TEST_F(OpenAiServerTest, BadInputsGetErrorsAndTheServerKeepsServing) {
   server_->set_engine(engine_.get());
   struct Case {

@@ -1,0 +1,262 @@
+#include "apps/serve_deployment.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/ids.h"
+#include "core/logging.h"
+
+namespace crescent::apps {
+
+void DisaggFlags::add_to(FlagParser& flags) {
+  flags.add("role", &role,
+            "both: prefill and decode in this process; prefill: compute prompts' KV and send it "
+            "to decode engines (hosts the bootstrap server); decode: fetch KV from a prefill "
+            "engine named by each request's kv_transfer_params, then decode");
+  flags.add("kv-transport", &kv_transport,
+            "how KV moves between engines: shm (same host, one copy), tcp (any host), ucx");
+  flags.add("kv-transfer-timeout", &kv_transfer_timeout_s,
+            "seconds any KV transfer state may last (a prefill holding blocks for a decode "
+            "engine, a decode request waiting for its KV) before it fails and frees its blocks");
+  flags.add("bootstrap-port", &bootstrap_port,
+            "prefill: port of the bootstrap server that rank 0 hosts (0: any free port)");
+  flags.add("bootstrap-addr", &bootstrap_addr,
+            "prefill: register with this external bootstrap server (http://HOST:PORT, e.g. "
+            "`crescent bootstrap`) instead of hosting one");
+  flags.add("data-parallel-size", &data_parallel_size,
+            "engine ranks in this process, each with its own model copy, KV cache and engine "
+            "id; requests pick one with the X-data-parallel-rank header");
+  flags.add("kv-listen-host", &kv_listen_host,
+            "prefill: address the KV control listener binds to and registers (default: --host)");
+}
+
+Status DisaggFlags::validate() {
+  if (role == "both") {
+    parsed_role = ServeRole::kBoth;
+  } else if (role == "prefill") {
+    parsed_role = ServeRole::kPrefill;
+  } else if (role == "decode") {
+    parsed_role = ServeRole::kDecode;
+  } else {
+    return invalid_argument("--role must be both, prefill or decode, got '" + role + "'");
+  }
+  auto transport = transfer::parse_transport(kv_transport);
+  if (!transport.is_ok()) {
+    return invalid_argument("--kv-transport: " + transport.status().message());
+  }
+  if (!transfer::is_transport_available(*transport)) {
+    return invalid_argument("--kv-transport " + kv_transport + " is not available in this build");
+  }
+  if (!(kv_transfer_timeout_s > 0) || kv_transfer_timeout_s > 24 * 3600) {
+    return invalid_argument("--kv-transfer-timeout must be between 0 and 86400 seconds");
+  }
+  if (bootstrap_port < 0 || bootstrap_port > 65535) {
+    return invalid_argument("--bootstrap-port must be 0..65535");
+  }
+  if (data_parallel_size < 1 || data_parallel_size > 64) {
+    return invalid_argument("--data-parallel-size must be 1..64");
+  }
+  if (!bootstrap_addr.empty()) {
+    auto parsed = bootstrap::parse_http_url(bootstrap_addr);
+    if (!parsed.is_ok()) {
+      return invalid_argument("--bootstrap-addr: " + parsed.status().message());
+    }
+    while (!bootstrap_addr.empty() && bootstrap_addr.back() == '/') {
+      bootstrap_addr.pop_back();
+    }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// What a peer engine must share with this one before KV moves between them.
+disagg::KvCompatInfo compat_info(const engine::LoadedEngine& loaded) {
+  const model::ModelConfig& c = loaded.model->config();
+  const kernels::KvCacheLayout& layout = loaded.runner->kv_layout();
+  disagg::KvCompatInfo info;
+  info.model = c.architecture_name + " vocab=" + std::to_string(c.vocab_size) +
+               " hidden=" + std::to_string(c.hidden_size);
+  info.dtype = "f32";
+  info.num_layers = layout.num_layers;
+  info.num_kv_heads = layout.num_kv_heads;
+  info.head_dim = layout.head_dim;
+  info.block_size = layout.block_size;
+  info.layout = "block:layer:kv:token:head:dim";
+  return info;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags& model_flags,
+                                                                const DisaggFlags& disagg,
+                                                                const std::string& host) {
+  std::unique_ptr<ServeDeployment> d(new ServeDeployment());
+  d->role_ = disagg.parsed_role;
+  if (d->role_ == ServeRole::kPrefill) {
+    if (disagg.bootstrap_addr.empty()) {
+      bootstrap::BootstrapServerOptions options;
+      options.host = host;
+      options.port = disagg.bootstrap_port;
+      options.expected_dp_ranks = disagg.data_parallel_size;
+      auto server = bootstrap::BootstrapServer::start(options);
+      if (!server.is_ok()) {
+        return Status(server.status().code(),
+                      "cannot host the bootstrap server on " + host + ":" +
+                          std::to_string(disagg.bootstrap_port) + ": " + server.status().message() +
+                          " (pick another --bootstrap-port, or --bootstrap-addr to use a running "
+                          "one)");
+      }
+      d->bootstrap_server_ = std::move(server).value();
+      d->bootstrap_url_ = d->bootstrap_server_->url();
+    } else {
+      d->bootstrap_url_ = disagg.bootstrap_addr;
+    }
+  }
+  if (d->role_ != ServeRole::kBoth) {
+    d->resolver_ = std::make_shared<bootstrap::EngineResolver>();
+    // One set of crescent_kv_transfer_* families for all ranks of this process.
+    d->transfer_metrics_ = std::make_shared<disagg::TransferMetrics>();
+  }
+  // The ranks share the cores; each gets its own pool (a pool runs one loop at a time).
+  int threads_per_rank = std::max(1, model_flags.num_threads() / disagg.data_parallel_size);
+  if (disagg.data_parallel_size == 1) {
+    ThreadPool::set_default_threads(model_flags.num_threads());
+  }
+  d->ranks_.resize(static_cast<size_t>(disagg.data_parallel_size));
+  for (int r = 0; r < disagg.data_parallel_size; ++r) {
+    RETURN_IF_ERROR(d->start_rank(r, model_flags, disagg, host, threads_per_rank));
+  }
+  std::vector<server::EngineClient*> clients;
+  for (auto& rank : d->ranks_) {
+    clients.push_back(rank.client.get());
+  }
+  d->dp_client_ = std::make_unique<server::DataParallelEngineClient>(std::move(clients));
+
+  if (d->role_ == ServeRole::kPrefill) {
+    for (int r = 0; r < disagg.data_parallel_size; ++r) {
+      bootstrap::WorkerRegistration reg;
+      reg.engine_id = d->ranks_[r].engine_id;
+      reg.dp_rank = r;
+      reg.addr = d->ranks_[r].connector->worker_addr();
+      Status s = bootstrap::register_with_retry(d->bootstrap_url_, reg, Deadline::after_ms(60'000));
+      if (!s.is_ok()) {
+        return Status(s.code(), "dp rank " + std::to_string(r) + " cannot register with the " +
+                                    "bootstrap server " + d->bootstrap_url_ + ": " + s.message());
+      }
+    }
+  }
+  return d;
+}
+
+Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
+                                   const DisaggFlags& disagg, const std::string& host,
+                                   int threads_per_rank) {
+  Rank& rank = ranks_[static_cast<size_t>(dp_rank)];
+  bool single = ranks_.size() == 1;
+  ThreadPool* pool = &ThreadPool::default_pool();
+  if (!single) {
+    rank.pool = std::make_unique<ThreadPool>(threads_per_rank);
+    pool = rank.pool.get();
+  }
+  std::function<Result<engine::KvCacheMemory>(int64_t)> allocate;
+  if (role_ != ServeRole::kBoth) {
+    // Shareable memory: the shm transport hands it to peers, the others register it.
+    allocate = [](int64_t num_bytes) -> Result<engine::KvCacheMemory> {
+      ASSIGN_OR_RETURN(transfer::SharedBuffer buffer,
+                       transfer::allocate_shared(static_cast<size_t>(num_bytes)));
+      auto owned = std::make_shared<transfer::SharedBuffer>(std::move(buffer));
+      engine::KvCacheMemory memory;
+      memory.base = owned->data();
+      memory.num_bytes = static_cast<int64_t>(owned->size());
+      memory.release = [owned]() mutable { owned.reset(); };
+      return memory;
+    };
+  }
+  ASSIGN_OR_RETURN(rank.loaded, model_flags.load(*pool, std::move(allocate)));
+  if (role_ == ServeRole::kBoth) {
+    ASSIGN_OR_RETURN(rank.client, server::EngineLoopClient::create(rank.loaded.get()));
+    return Status::ok();
+  }
+
+  rank.engine_id = std::string(role_ == ServeRole::kPrefill ? "prefill-" : "decode-") +
+                   random_uuid() + "-dp" + std::to_string(dp_rank);
+  const engine::TransformerRunner& runner = *rank.loaded->runner;
+  disagg::DisaggOptions options;
+  options.engine_id = rank.engine_id;
+  options.transport = transfer::parse_transport(disagg.kv_transport).value();
+  options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
+  options.accept_asks = role_ == ServeRole::kPrefill;
+  options.transfer_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(disagg.kv_transfer_timeout_s * 1000)));
+  options.compat = compat_info(*rank.loaded);
+  options.memory.base = reinterpret_cast<uint8_t*>(runner.kv_base());
+  options.memory.num_bytes = static_cast<uint64_t>(runner.kv_num_bytes());
+  options.memory.block_bytes = static_cast<uint64_t>(runner.kv_layout().block_num_bytes());
+  options.memory.num_blocks = runner.num_kv_blocks();
+  options.resolve = [resolver = resolver_](const std::string& url, const std::string& engine_id,
+                                           Deadline deadline) {
+    return resolver->resolve(url, engine_id, deadline);
+  };
+  ASSIGN_OR_RETURN(rank.connector, disagg::KvTransferConnector::create(std::move(options)));
+  ASSIGN_OR_RETURN(rank.client,
+                   server::EngineLoopClient::create(rank.loaded.get(), rank.connector.get()));
+  return Status::ok();
+}
+
+ServeDeployment::~ServeDeployment() {
+  shutdown();
+}
+
+server::EngineClient* ServeDeployment::client() {
+  if (ranks_.size() == 1) {
+    return ranks_[0].client.get();
+  }
+  return dp_client_.get();
+}
+
+void ServeDeployment::render_metrics(std::string* out) const {
+  if (!ranks_.empty() && ranks_[0].connector) {
+    ranks_[0].connector->render_metrics(
+        out);  // FIXME(lead): all ranks via a shared TransferMetrics
+  }
+}
+
+std::string ServeDeployment::describe() const {
+  std::string out;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].connector) {
+      out += "  dp rank " + std::to_string(r) + ": engine_id " + ranks_[r].engine_id;
+      std::string addr = ranks_[r].connector->worker_addr();
+      if (!addr.empty()) {
+        out += ", kv worker " + addr;
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+void ServeDeployment::shutdown() {
+  if (is_shut_down_) {
+    return;
+  }
+  is_shut_down_ = true;
+  // Connectors first: transfers in flight fail and held blocks are reported released, so the
+  // engines' own shutdown does not wait on a peer.
+  for (Rank& rank : ranks_) {
+    if (rank.connector) {
+      rank.connector->shutdown();
+    }
+  }
+  for (Rank& rank : ranks_) {
+    if (rank.client) {
+      rank.client->shutdown();
+    }
+  }
+  if (bootstrap_server_) {
+    bootstrap_server_->stop();
+  }
+}
+
+}  // namespace crescent::apps
