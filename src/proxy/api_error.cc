@@ -1,0 +1,47 @@
+#include "proxy/api_error.h"
+
+#include <nlohmann/json.hpp>
+
+namespace crescent::proxy {
+namespace {
+
+nlohmann::json error_json(int http_status, std::string_view message, std::string_view type) {
+  return {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
+}
+
+std::string dump(const nlohmann::json& j) {
+  // Upstream text may hold invalid UTF-8; replace it rather than throw.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string error_body(int http_status, std::string_view message, std::string_view type) {
+  return dump(error_json(http_status, message, type));
+}
+
+std::string_view error_type_for(int http_status) {
+  switch (http_status) {
+    case 404:
+      return "not_found_error";
+    case 503:
+      return "service_unavailable";
+    case 504:
+      return "timeout";
+    default:
+      return http_status < 500 ? "invalid_request_error" : "upstream_error";
+  }
+}
+
+std::string sse_error_events(int http_status, std::string_view message) {
+  return "data: " + dump(error_json(http_status, message, error_type_for(http_status))) +
+         "\n\ndata: [DONE]\n\n";
+}
+
+bool is_openai_error(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("error") && j["error"].is_object();
+}
+
+}  // namespace crescent::proxy

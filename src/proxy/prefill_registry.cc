@@ -1,0 +1,238 @@
+#include "proxy/prefill_registry.h"
+
+#include <charconv>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/clock.h"
+#include "core/logging.h"
+#include "net/http/http_client.h"
+
+namespace crescent::proxy {
+namespace {
+
+constexpr int64_t kCallTimeoutMs = 2000;
+
+std::string short_text(std::string_view body) {
+  constexpr size_t kMax = 200;
+  std::string out(body.substr(0, kMax));
+  if (body.size() > kMax) {
+    out += "...";
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> parse_bootstrap_query(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return invalid_argument("the bootstrap /query answer is not a JSON object: " +
+                            short_text(body));
+  }
+  if (j.empty()) {
+    return invalid_argument("the bootstrap /query answer lists no dp rank");
+  }
+  std::map<int, std::string> by_rank;
+  for (const auto& [key, entry] : j.items()) {
+    int rank = -1;
+    auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), rank);
+    if (key.empty() || ec != std::errc() || ptr != key.data() + key.size() || rank < 0) {
+      return invalid_argument("the bootstrap /query answer has a key '" + key +
+                              "' that is not a dp rank");
+    }
+    if (!entry.is_object() || !entry.contains("engine_id") || !entry["engine_id"].is_string() ||
+        entry["engine_id"].get<std::string>().empty()) {
+      return invalid_argument("dp rank " + key +
+                              " of the bootstrap /query answer has no engine_id string");
+    }
+    by_rank[rank] = entry["engine_id"].get<std::string>();
+  }
+  std::vector<std::string> ids;
+  for (const auto& [rank, id] : by_rank) {
+    if (rank != static_cast<int>(ids.size())) {
+      return invalid_argument("the bootstrap /query answer misses dp rank " +
+                              std::to_string(ids.size()) + " (ranks must be 0.." +
+                              std::to_string(by_rank.size() - 1) + ")");
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+PrefillRegistry::PrefillRegistry(std::vector<PrefillSpec> prefills, int64_t poll_interval_ms,
+                                 int64_t refresh_interval_ms)
+    : poll_interval_ms_(poll_interval_ms), refresh_interval_ms_(refresh_interval_ms) {
+  for (auto& spec : prefills) {
+    Entry e;
+    e.waiting_for = "prefill " + spec.server.url + " (not polled yet)";
+    e.spec = std::move(spec);
+    entries_.push_back(std::move(e));
+  }
+}
+
+PrefillRegistry::~PrefillRegistry() {
+  stop();
+}
+
+void PrefillRegistry::start() {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    threads_.emplace_back([this, i] { poll_loop(static_cast<int>(i)); });
+  }
+}
+
+void PrefillRegistry::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) {
+    t.join();
+  }
+  threads_.clear();
+}
+
+bool PrefillRegistry::sleep_ms(int64_t ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stopping_; });
+  return !stopping_;
+}
+
+void PrefillRegistry::poll_loop(int index) {
+  PrefillSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spec = entries_[static_cast<size_t>(index)].spec;
+  }
+  const std::string bootstrap = spec.bootstrap_addr();
+  net::http::HttpClient server(spec.server.host, spec.server.port);
+  net::http::HttpClient bootstrap_client(spec.server.host, spec.bootstrap_port);
+  bool is_ready = false;
+  while (true) {
+    std::string waiting;
+    std::optional<std::vector<std::string>> ids;
+    if (!is_ready) {
+      auto health = server.request("GET", "/health", "", {}, Deadline::after_ms(kCallTimeoutMs));
+      if (!health.is_ok()) {
+        waiting = "prefill " + spec.server.url + " (/health: " + health.status().message() + ")";
+      } else if (health->status != 200) {
+        waiting = "prefill " + spec.server.url + " (/health answers " +
+                  std::to_string(health->status) + ")";
+      }
+    }
+    if (waiting.empty()) {
+      auto query =
+          bootstrap_client.request("GET", "/query", "", {}, Deadline::after_ms(kCallTimeoutMs));
+      if (!query.is_ok()) {
+        waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url +
+                  " (/query: " + query.status().message() + ")";
+      } else if (query->status != 200) {
+        waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url +
+                  " (/query answers " + std::to_string(query->status) + ": " +
+                  short_text(query->body) + ")";
+      } else {
+        auto parsed = parse_bootstrap_query(query->body);
+        if (!parsed.is_ok()) {
+          waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url + " (" +
+                    parsed.status().message() + ")";
+        } else {
+          ids = std::move(parsed).value();
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[static_cast<size_t>(index)];
+      if (ids) {
+        if (!e.is_ready) {
+          CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url << " is ready, dp_size "
+                              << ids->size() << " (bootstrap " << bootstrap << ")";
+        } else if (*ids != e.engine_ids) {
+          CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url
+                              << " has new engine ids, dp_size " << ids->size();
+        }
+        if (!e.is_ready || *ids != e.engine_ids) {
+          e.is_ready = true;
+          e.engine_ids = std::move(*ids);
+          e.waiting_for.clear();
+          rebuild_table_locked();
+        }
+      } else if (!e.is_ready) {
+        if (e.waiting_for != waiting) {
+          CRESCENT_LOG(kInfo) << "proxy: waiting for " << waiting;
+        }
+        e.waiting_for = waiting;
+      } else {
+        // A ready prefill whose refresh failed stays ready with what it had: requests surface
+        // real failures, and a transient bootstrap hiccup must not take the proxy down.
+        CRESCENT_LOG(kDebug) << "proxy: refreshing prefill " << spec.server.url
+                             << " failed: " << waiting;
+      }
+      is_ready = e.is_ready;
+    }
+    if (!sleep_ms(is_ready ? refresh_interval_ms_ : poll_interval_ms_)) {
+      return;
+    }
+  }
+}
+
+void PrefillRegistry::rebuild_table_locked() {
+  table_.clear();
+  for (const auto& e : entries_) {
+    if (!e.is_ready) {
+      table_.clear();
+      return;
+    }
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    for (size_t rank = 0; rank < e.engine_ids.size(); ++rank) {
+      PrefillPick pick;
+      pick.prefill_index = static_cast<int>(i);
+      pick.source.dp_rank = static_cast<int>(rank);
+      pick.source.engine_id = e.engine_ids[rank];
+      pick.source.bootstrap_addr = e.spec.bootstrap_addr();
+      table_.push_back(std::move(pick));
+    }
+  }
+}
+
+bool PrefillRegistry::is_ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !table_.empty();
+}
+
+std::string PrefillRegistry::waiting_for() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : entries_) {
+    if (!e.is_ready) {
+      return e.waiting_for;
+    }
+  }
+  return "";
+}
+
+std::optional<PrefillPick> PrefillRegistry::next() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (table_.empty()) {
+    return std::nullopt;
+  }
+  return table_[next_pick_++ % table_.size()];
+}
+
+std::vector<PrefillStatus> PrefillRegistry::statuses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PrefillStatus> out;
+  for (const auto& e : entries_) {
+    PrefillStatus s;
+    s.url = e.spec.server.url;
+    s.is_ready = e.is_ready;
+    s.dp_size = e.is_ready ? static_cast<int>(e.engine_ids.size()) : 0;
+    s.waiting_for = e.waiting_for;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace crescent::proxy

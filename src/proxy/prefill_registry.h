@@ -1,0 +1,89 @@
+#pragma once
+// Which prefill servers are ready, and the round-robin over their (prefill, dp rank) pairs.
+//
+// One background thread per prefill polls its /health, then its bootstrap server's /query
+// (every poll interval) until both answer, learning dp_size and the engine id of each dp
+// rank. Once ready it re-reads /query every refresh interval, so that a prefill that restarts
+// with new engine ids is followed. The proxy is ready when every prefill is.
+//
+// Thread-safe.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "proxy/proxy_options.h"
+#include "proxy/request_rewrite.h"
+
+namespace crescent::proxy {
+
+// Engine ids by dp rank (index), from a bootstrap /query answer
+// {"<dp_rank>": {"engine_id": "...", "worker_addr": {...}}, ...}. The ranks must be 0..n-1.
+Result<std::vector<std::string>> parse_bootstrap_query(std::string_view body);
+
+struct PrefillStatus {
+  std::string url;
+  bool is_ready = false;
+  int dp_size = 0;          // 0 until ready
+  std::string waiting_for;  // why it is not ready ("" when ready)
+};
+
+// A chosen prefill: its index in the options and where a decode server gets its KV from.
+struct PrefillPick {
+  int prefill_index = 0;
+  PrefillSource source;
+};
+
+class PrefillRegistry {
+ public:
+  PrefillRegistry(std::vector<PrefillSpec> prefills, int64_t poll_interval_ms,
+                  int64_t refresh_interval_ms);
+  ~PrefillRegistry();  // stop()
+  PrefillRegistry(const PrefillRegistry&) = delete;
+  PrefillRegistry& operator=(const PrefillRegistry&) = delete;
+
+  // Starts the pollers. Call once.
+  void start();
+  // Stops and joins the pollers (each wakes at once; an HTTP call in progress ends within
+  // its 2 s deadline). Idempotent.
+  void stop();
+
+  bool is_ready() const;
+  // "" when ready; else what is awaited, naming the first prefill that is not ready.
+  std::string waiting_for() const;
+  // The next (prefill, dp rank) pair, round-robin over all of them in order; nullopt while
+  // not every prefill is ready.
+  std::optional<PrefillPick> next();
+  std::vector<PrefillStatus> statuses() const;
+
+ private:
+  struct Entry {
+    PrefillSpec spec;
+    bool is_ready = false;
+    std::vector<std::string> engine_ids;  // by dp rank
+    std::string waiting_for;
+  };
+  void poll_loop(int index);
+  void rebuild_table_locked();
+  // Sleeps up to ms; false when stopping.
+  bool sleep_ms(int64_t ms);
+
+  const int64_t poll_interval_ms_;
+  const int64_t refresh_interval_ms_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Entry> entries_;      // guarded by mu_
+  std::vector<PrefillPick> table_;  // guarded by mu_; empty unless all are ready
+  uint64_t next_pick_ = 0;          // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace crescent::proxy

@@ -1,0 +1,89 @@
+#include "proxy/proxy_metrics.h"
+
+namespace crescent::proxy {
+namespace {
+
+const char* endpoint_label(size_t i) {
+  static const char* const kNames[] = {"completions", "chat_completions", "models"};
+  return kNames[i];
+}
+
+const char* outcome_label(size_t i) {
+  static const char* const kNames[] = {
+      "ok",           "bad_request", "not_ready",          "prefill_error",
+      "decode_error", "timeout",     "client_disconnected"};
+  return kNames[i];
+}
+
+}  // namespace
+
+ProxyMetrics::ProxyMetrics()
+    : time_to_first_byte_(prometheus::latency_buckets_seconds()),
+      prefill_(prometheus::latency_buckets_seconds()) {}
+
+void ProxyMetrics::count_request(ApiEndpoint endpoint, Outcome outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[static_cast<size_t>(endpoint)][static_cast<size_t>(outcome)];
+}
+
+void ProxyMetrics::count_upstream_error(UpstreamSide side) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++upstream_errors_[side == UpstreamSide::kPrefill ? 0 : 1];
+}
+
+void ProxyMetrics::observe_time_to_first_byte(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  time_to_first_byte_.observe(seconds);
+}
+
+void ProxyMetrics::observe_prefill(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefill_.observe(seconds);
+}
+
+std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) const {
+  using prometheus::append_header;
+  using prometheus::append_sample;
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  append_header(&out, "crescent_proxy_requests_total", "counter",
+                "Client requests by endpoint and outcome.");
+  for (size_t e = 0; e < requests_.size(); ++e) {
+    for (size_t o = 0; o < requests_[e].size(); ++o) {
+      append_sample(&out,
+                    std::string("crescent_proxy_requests_total{endpoint=\"") + endpoint_label(e) +
+                        "\",outcome=\"" + outcome_label(o) + "\"}",
+                    static_cast<double>(requests_[e][o]));
+    }
+  }
+  append_header(&out, "crescent_proxy_requests_in_flight", "gauge",
+                "Client requests whose answer is not complete yet.");
+  append_sample(&out, "crescent_proxy_requests_in_flight", num_in_flight_.load());
+  append_header(&out, "crescent_proxy_upstream_errors_total", "counter",
+                "Failed upstream calls (cannot connect, broken connection, timeout, error "
+                "status) by side.");
+  append_sample(&out, "crescent_proxy_upstream_errors_total{side=\"prefill\"}",
+                static_cast<double>(upstream_errors_[0]));
+  append_sample(&out, "crescent_proxy_upstream_errors_total{side=\"decode\"}",
+                static_cast<double>(upstream_errors_[1]));
+  append_header(&out, "crescent_proxy_time_to_first_byte_seconds", "histogram",
+                "From a completion request's arrival to the first byte of its answer.");
+  time_to_first_byte_.render("crescent_proxy_time_to_first_byte_seconds", &out);
+  append_header(&out, "crescent_proxy_prefill_seconds", "histogram",
+                "From a completion request's arrival to its prefill server's answer.");
+  prefill_.render("crescent_proxy_prefill_seconds", &out);
+  append_header(&out, "crescent_proxy_prefill_ready", "gauge",
+                "1 when the prefill server and its bootstrap server answer, else 0.");
+  for (const auto& p : prefills) {
+    append_sample(&out, "crescent_proxy_prefill_ready{prefill=\"" + p.url + "\"}",
+                  p.is_ready ? 1 : 0);
+  }
+  append_header(&out, "crescent_proxy_prefill_dp_size", "gauge",
+                "Data-parallel ranks of each ready prefill server (0 until ready).");
+  for (const auto& p : prefills) {
+    append_sample(&out, "crescent_proxy_prefill_dp_size{prefill=\"" + p.url + "\"}", p.dp_size);
+  }
+  return out;
+}
+
+}  // namespace crescent::proxy

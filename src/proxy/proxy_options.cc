@@ -1,0 +1,271 @@
+#include "proxy/proxy_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace crescent::proxy {
+namespace {
+
+std::string bracket_host(const std::string& host) {
+  return host.find(':') == std::string::npos ? host : "[" + host + "]";
+}
+
+// "8000" -> 8000 when it is a whole number in [min_port, 65535].
+Result<int> parse_port(std::string_view text, int min_port, std::string_view what) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < min_port ||
+      value > 65535) {
+    return invalid_argument(std::string(what) + " must be a port number in [" +
+                            std::to_string(min_port) + ", 65535], got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+bool is_host_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '.' || c == '_';
+}
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<double> parse_seconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0) {
+    return invalid_argument(flag + " expects a positive number of seconds, got '" + text + "'");
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string UpstreamUrl::host_port() const {
+  return bracket_host(host) + ":" + std::to_string(port);
+}
+
+std::string PrefillSpec::bootstrap_addr() const {
+  return "http://" + bracket_host(server.host) + ":" + std::to_string(bootstrap_port);
+}
+
+Result<UpstreamUrl> parse_upstream_url(std::string_view url) {
+  auto bad = [&](const std::string& why) {
+    return invalid_argument("bad URL '" + std::string(url) + "': " + why +
+                            " (expected http://HOST:PORT)");
+  };
+  if (starts_with_ci(url, "https://")) {
+    return bad("https is not supported; prefill and decode servers are reached over plain http");
+  }
+  if (!starts_with_ci(url, "http://")) {
+    return bad("it must start with http://");
+  }
+  std::string_view rest = url.substr(7);
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos && rest.substr(slash) != "/") {
+    return bad("a path is not supported");
+  }
+  UpstreamUrl out;
+  std::string_view port_text;
+  if (!authority.empty() && authority.front() == '[') {
+    size_t close = authority.find(']');
+    if (close == std::string_view::npos) {
+      return bad("'[' without ']'");
+    }
+    out.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') {
+        return bad("unexpected text after ']'");
+      }
+      port_text = after.substr(1);
+      if (port_text.empty()) {
+        return bad("empty port");
+      }
+    }
+    if (out.host.empty() || !std::all_of(out.host.begin(), out.host.end(), [](char c) {
+          return std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == ':' || c == '.';
+        })) {
+      return bad("not an IPv6 address in brackets");
+    }
+  } else {
+    size_t colon = authority.find(':');
+    if (colon != std::string_view::npos &&
+        authority.find(':', colon + 1) != std::string_view::npos) {
+      return bad("an IPv6 address needs brackets, as in http://[::1]:8000");
+    }
+    out.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = authority.substr(colon + 1);
+      if (port_text.empty()) {
+        return bad("empty port");
+      }
+    }
+    if (out.host.empty()) {
+      return bad("no host");
+    }
+    if (!std::all_of(out.host.begin(), out.host.end(), is_host_char)) {
+      return bad("the host has characters a host name cannot have");
+    }
+  }
+  if (!port_text.empty()) {
+    auto port = parse_port(port_text, 1, "the URL's port");
+    if (!port.is_ok()) {
+      return bad(port.status().message());
+    }
+    out.port = *port;
+  }
+  // Keep the user's spelling (e.g. no explicit :80) for messages, minus a trailing '/'.
+  std::string as_given(url);
+  if (!as_given.empty() && as_given.back() == '/') {
+    as_given.pop_back();
+  }
+  out.url = as_given;
+  return out;
+}
+
+Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
+  ParsedProxyArgs parsed;
+  ProxyOptions& o = parsed.options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      parsed.help_requested = true;
+      return parsed;
+    }
+    if (a.rfind("--", 0) != 0 || a.size() == 2) {
+      return invalid_argument("unexpected argument '" + a + "' (see --help)");
+    }
+    std::string name = a.substr(2);
+    std::string value;
+    bool has_inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_inline_value = true;
+    }
+    static const char* const kKnown[] = {
+        "host", "port", "prefill", "decode", "request-timeout", "io-threads", "drain-timeout"};
+    if (std::find_if(std::begin(kKnown), std::end(kKnown),
+                     [&](const char* k) { return name == k; }) == std::end(kKnown)) {
+      return invalid_argument("unknown flag --" + name + " (see --help)");
+    }
+    if (!has_inline_value) {
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
+        return invalid_argument("--" + name + " needs a value");
+      }
+      value = args[++i];
+    }
+    if (name == "host") {
+      if (value.empty()) {
+        return invalid_argument("--host needs an address");
+      }
+      o.host = value;
+    } else if (name == "port") {
+      ASSIGN_OR_RETURN(o.port, parse_port(value, 0, "--port"));
+    } else if (name == "prefill") {
+      PrefillSpec spec;
+      ASSIGN_OR_RETURN(spec.server, parse_upstream_url(value));
+      // An optional second word: the bootstrap port, or 'none' for the default.
+      if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+        std::string port_text = args[++i];
+        std::string lowered = port_text;
+        std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (lowered != "none") {
+          auto port = parse_port(port_text, 1, "the bootstrap port of --prefill " + value);
+          if (!port.is_ok()) {
+            return invalid_argument(port.status().message() + " (a port number or 'none')");
+          }
+          spec.bootstrap_port = *port;
+        }
+      }
+      o.prefills.push_back(std::move(spec));
+    } else if (name == "decode") {
+      ASSIGN_OR_RETURN(auto url, parse_upstream_url(value));
+      o.decodes.push_back(std::move(url));
+    } else if (name == "request-timeout") {
+      ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds("--request-timeout", value));
+    } else if (name == "drain-timeout") {
+      ASSIGN_OR_RETURN(o.drain_timeout_s, parse_seconds("--drain-timeout", value));
+    } else if (name == "io-threads") {
+      int n = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || n < 1 ||
+          n > 256) {
+        return invalid_argument("--io-threads expects a whole number in [1, 256], got '" + value +
+                                "'");
+      }
+      o.num_io_threads = n;
+    }
+  }
+  if (o.prefills.empty()) {
+    return invalid_argument("at least one --prefill URL [BOOTSTRAP_PORT] is required");
+  }
+  if (o.decodes.empty()) {
+    return invalid_argument("at least one --decode URL is required");
+  }
+  return parsed;
+}
+
+std::string proxy_help_text() {
+  return R"(usage: crescent proxy [--host 127.0.0.1] [--port 8000]
+                      --prefill URL [BOOTSTRAP_PORT|none] [--prefill ...]
+                      --decode URL [--decode ...]
+                      [--request-timeout S] [--io-threads N] [--drain-timeout S]
+
+An OpenAI-compatible router for disaggregated serving: each request is prefilled on one
+prefill server and decoded (and streamed back) by one decode server.
+
+Flow of one POST /v1/completions or /v1/chat/completions:
+  1. request_id = the client's X-Request-Id (or a new uuid), transfer_id = "xfer-" + request_id.
+  2. The next (prefill, dp rank) pair and the next decode server are picked round-robin.
+  3. Both are sent AT ONCE:
+     - prefill: the body with max_tokens=1, stream=false, no stream_options and
+       kv_transfer_params {do_remote_decode: true, do_remote_prefill: false, transfer_id};
+       headers X-Request-Id, X-data-parallel-rank, Authorization. Its answer is discarded.
+     - decode: the client's body with kv_transfer_params {do_remote_decode: false,
+       do_remote_prefill: true, remote_bootstrap_addr: http://PREFILL_HOST:BOOTSTRAP_PORT,
+       remote_engine_id: the dp rank's engine id, transfer_id}. Its answer (status, content
+       type, body) goes to the client as it arrives.
+  4. A prefill failure before the decode server produced anything aborts the decode request and
+     answers the client with an error naming the prefill; a failure after streaming began ends
+     the stream with one `data: {"error": ...}` event and `data: [DONE]`. A client that goes
+     away closes both upstream connections, which makes the servers abort.
+
+Readiness: the proxy polls each prefill's /health, then its bootstrap server's /query (every
+0.5 s) to learn its dp ranks and engine ids. Until every prefill is ready, /health and the
+completion endpoints answer 503. /v1/models is forwarded to a decode server; /metrics is
+Prometheus text.
+
+flags:
+  --host ADDR            address to listen on (default 127.0.0.1)
+  --port N               port to listen on; 0 picks a free one, printed at start (default 8000)
+  --prefill URL [PORT]   a prefill server (http://HOST:PORT) and the port of its bootstrap
+                         server (default 8998; 'none' means the default). Repeatable.
+  --decode URL           a decode server (http://HOST:PORT). Repeatable.
+  --request-timeout S    bounds each whole request, first byte to last (default 600)
+  --io-threads N         I/O threads for clients, and as many for upstream calls (default 2)
+  --drain-timeout S      on SIGTERM/SIGINT, how long in-flight requests may finish (default 30)
+
+Authorization: the client's header is passed on; without one, OPENAI_API_KEY (if set) is sent
+as "Bearer $OPENAI_API_KEY", as the reference proxy does.
+
+example:
+  crescent proxy --port 8000 --prefill http://10.0.0.1:8010 8998 --decode http://10.0.0.2:8020
+)";
+}
+
+}  // namespace crescent::proxy

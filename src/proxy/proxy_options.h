@@ -1,0 +1,77 @@
+#pragma once
+// What `crescent proxy` is told on its command line: where it listens, the prefill servers
+// (each with the port of its bootstrap server) and the decode servers, and its limits.
+// parse_proxy_args() reads the reference proxy's flags (seeds/004) and checks every value, so
+// a bad URL or port is a usage error at start, never a failure later.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace crescent::proxy {
+
+// Where the bootstrap server listens when --prefill gives no port (or 'none'), as in the
+// reference proxy.
+inline constexpr int kDefaultBootstrapPort = 8998;
+
+// An upstream HTTP server: "http://host:port" taken apart.
+struct UpstreamUrl {
+  std::string url;   // as given, without a trailing '/'
+  std::string host;  // "10.0.0.1", "prefill-1" or "::1" (no brackets)
+  int port = 80;
+
+  // "host:port", with brackets around an IPv6 address.
+  std::string host_port() const;
+};
+
+// Parses "http://HOST[:PORT][/]". Anything else (https, a path, a bad port) is InvalidArgument
+// with a message naming the problem.
+Result<UpstreamUrl> parse_upstream_url(std::string_view url);
+
+struct PrefillSpec {
+  UpstreamUrl server;
+  int bootstrap_port = kDefaultBootstrapPort;
+
+  // "http://HOST:BOOTSTRAP_PORT": what decode servers are told as remote_bootstrap_addr, and
+  // where the proxy asks /query.
+  std::string bootstrap_addr() const;
+};
+
+struct ProxyOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port
+  std::vector<PrefillSpec> prefills;
+  std::vector<UpstreamUrl> decodes;
+  double request_timeout_s = 600;  // bounds a whole request, first byte to last
+  int num_io_threads = 2;          // for the listening server, and as many for upstream calls
+  // Sent as Authorization to prefill and decode servers when the client sent none
+  // ("Bearer $OPENAI_API_KEY" like the reference proxy); "" sends nothing.
+  std::string default_authorization;
+  // How often the readiness poller retries a prefill that is not ready, and how often it
+  // re-reads /query of a ready one (engine ids change when a prefill restarts).
+  int64_t poll_interval_ms = 500;
+  int64_t refresh_interval_ms = 10'000;
+  // Bounds of what the proxy keeps in memory per request.
+  uint64_t max_body_bytes = 32ull << 20;
+  uint64_t max_buffered_response_bytes = 64ull << 20;
+  double drain_timeout_s = 30;  // SIGTERM: how long in-flight requests may take to finish
+};
+
+// The result of reading the command line: options, or a request for --help.
+struct ParsedProxyArgs {
+  ProxyOptions options;
+  bool help_requested = false;
+};
+
+// Reads `crescent proxy` arguments (the words after "proxy"). InvalidArgument with a message
+// for the user on anything wrong, including no --prefill or no --decode.
+Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args);
+
+// The --help text: flags and the request flow.
+std::string proxy_help_text();
+
+}  // namespace crescent::proxy

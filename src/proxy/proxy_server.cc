@@ -1,0 +1,272 @@
+#include "proxy/proxy_server.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/clock.h"
+#include "core/logging.h"
+#include "proxy/api_error.h"
+#include "proxy/completion_relay.h"
+#include "proxy/request_rewrite.h"
+
+namespace crescent::proxy {
+namespace {
+
+using net::http::Request;
+using net::http::ResponseWriter;
+
+void send_error(ResponseWriter& writer, int status, const std::string& message,
+                net::http::Headers headers = {}) {
+  writer.send(status, "application/json", error_body(status, message, error_type_for(status)),
+              std::move(headers));
+}
+
+Deadline deadline_after_s(double seconds) {
+  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
+// GET /v1/models relayed whole from one decode server.
+class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
+ public:
+  ModelsRelay(std::string decode_url, std::shared_ptr<ResponseWriter> writer, ProxyMetrics* metrics)
+      : decode_url_(std::move(decode_url)), writer_(std::move(writer)), metrics_(metrics) {}
+
+  void start(UpstreamClient* upstream, const UpstreamUrl& decode, net::http::Headers headers,
+             Deadline deadline) {
+    writer_->on_close([weak = weak_from_this()] {
+      if (auto self = weak.lock()) {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        if (self->call_) {
+          self->call_->cancel();
+        }
+      }
+    });
+    auto self = shared_from_this();
+    UpstreamRequest request;
+    request.method = "GET";
+    request.target = "/v1/models";
+    request.headers = std::move(headers);
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = upstream->start(
+        decode.host, decode.port, std::move(request),
+        {.on_headers = [self](int status,
+                              const net::http::Headers& h) { self->on_headers(status, h); },
+         .on_data = [self](std::string data) { self->on_data(std::move(data)); },
+         .on_done = [self](Status s) { self->on_done(std::move(s)); }},
+        deadline);
+  }
+
+ private:
+  void on_headers(int status, const net::http::Headers& headers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    auto it = headers.find("content-type");
+    content_type_ = it == headers.end() ? "application/json" : it->second;
+  }
+  void on_data(std::string data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    body_ += data;
+  }
+  void on_done(Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_.reset();
+    if (s.is_ok()) {
+      writer_->send(status_, content_type_, std::move(body_));
+      metrics_->count_request(ApiEndpoint::kModels,
+                              status_ < 400 ? Outcome::kOk : Outcome::kDecodeError);
+      return;
+    }
+    if (s.code() == StatusCode::kCancelled) {
+      metrics_->count_request(ApiEndpoint::kModels, Outcome::kClientDisconnected);
+      return;
+    }
+    metrics_->count_upstream_error(UpstreamSide::kDecode);
+    bool timed_out = s.code() == StatusCode::kDeadlineExceeded;
+    metrics_->count_request(ApiEndpoint::kModels,
+                            timed_out ? Outcome::kTimeout : Outcome::kDecodeError);
+    send_error(*writer_, timed_out ? 504 : 502, "decode " + decode_url_ + ": " + s.message());
+  }
+
+  std::string decode_url_;
+  std::shared_ptr<ResponseWriter> writer_;
+  ProxyMetrics* metrics_;
+  std::mutex mu_;
+  std::shared_ptr<UpstreamCall> call_;  // guarded by mu_
+  int status_ = 0;                      // guarded by mu_
+  std::string content_type_;            // guarded by mu_
+  std::string body_;                    // guarded by mu_
+};
+
+}  // namespace
+
+ProxyServer::ProxyServer(ProxyOptions options)
+    : options_(std::move(options)),
+      registry_(options_.prefills, options_.poll_interval_ms, options_.refresh_interval_ms) {
+  UpstreamClientOptions upstream;
+  upstream.num_io_threads = std::max(1, options_.num_io_threads);
+  upstream_ = std::make_unique<UpstreamClient>(upstream);
+}
+
+Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
+  if (options.prefills.empty() || options.decodes.empty()) {
+    return invalid_argument("the proxy needs at least one prefill and one decode server");
+  }
+  std::unique_ptr<ProxyServer> proxy(new ProxyServer(std::move(options)));
+  net::http::ServerOptions http;
+  http.host = proxy->options_.host;
+  http.port = proxy->options_.port;
+  http.num_io_threads = std::max(1, proxy->options_.num_io_threads);
+  http.max_body_bytes = proxy->options_.max_body_bytes;
+  ASSIGN_OR_RETURN(
+      proxy->http_,
+      net::http::Server::start(
+          http, [p = proxy.get()](Request request, std::shared_ptr<ResponseWriter> writer) {
+            p->handle(std::move(request), std::move(writer));
+          }));
+  proxy->registry_.start();
+  return proxy;
+}
+
+ProxyServer::~ProxyServer() {
+  stop();
+}
+
+int ProxyServer::port() const {
+  return http_->port();
+}
+
+void ProxyServer::stop_accepting() {
+  http_->stop_accepting();
+}
+
+void ProxyServer::stop() {
+  if (stopped_.exchange(true)) {
+    return;
+  }
+  http_->stop();
+  // Ends the relays still in flight: their upstream connections close, so the servers abort.
+  upstream_->shutdown();
+  registry_.stop();
+}
+
+const UpstreamUrl& ProxyServer::next_decode() {
+  return options_.decodes[next_decode_.fetch_add(1) % options_.decodes.size()];
+}
+
+void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer) {
+  const std::string& path = request.path;
+  auto require_method = [&](const char* method) {
+    if (request.method == method) {
+      return true;
+    }
+    send_error(*writer, 405, path + " accepts " + method + ", not " + request.method,
+               {{"Allow", method}});
+    return false;
+  };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (require_method("POST")) {
+      // Decided before `request` is moved: `path` refers into it.
+      ApiEndpoint endpoint =
+          path == "/v1/completions" ? ApiEndpoint::kCompletions : ApiEndpoint::kChatCompletions;
+      handle_completion(endpoint, std::move(request), writer);
+    }
+  } else if (path == "/v1/models") {
+    if (require_method("GET")) {
+      handle_models(request, writer);
+    }
+  } else if (path == "/health") {
+    if (require_method("GET")) {
+      if (registry_.is_ready()) {
+        writer->send(200, "application/json", R"({"status":"ok"})");
+      } else {
+        send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for());
+      }
+    }
+  } else if (path == "/metrics") {
+    if (require_method("GET")) {
+      writer->send(200, "text/plain; version=0.0.4; charset=utf-8",
+                   metrics_.render(registry_.statuses()));
+    }
+  } else {
+    send_error(*writer, 404, "no route for " + request.method + " " + path);
+  }
+}
+
+void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
+                                    const std::shared_ptr<ResponseWriter>& writer) {
+  int64_t arrival_ns = now_ns();
+  auto request_id = request_id_for(request);
+  if (!request_id.is_ok()) {
+    metrics_.count_request(endpoint, Outcome::kBadRequest);
+    return send_error(*writer, 400, request_id.status().message());
+  }
+  auto body = parse_client_body(request.body);
+  if (!body.is_ok()) {
+    metrics_.count_request(endpoint, Outcome::kBadRequest);
+    return send_error(*writer, 400, body.status().message(), {{"X-Request-Id", *request_id}});
+  }
+  auto pick = registry_.next();
+  if (!pick) {
+    metrics_.count_request(endpoint, Outcome::kNotReady);
+    return send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for(),
+                      {{"X-Request-Id", *request_id}});
+  }
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    if (!ids_in_flight_.insert(*request_id).second) {
+      metrics_.count_request(endpoint, Outcome::kBadRequest);
+      return send_error(*writer, 409,
+                        "X-Request-Id '" + *request_id +
+                            "' belongs to a request still in flight; its transfer id must be "
+                            "unique");
+    }
+  }
+  std::string authorization = request.header("authorization");
+  if (authorization.empty()) {
+    authorization = options_.default_authorization;
+  }
+  const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick->prefill_index)];
+  std::string transfer_id = transfer_id_for(*request_id);
+
+  RelayPlan plan;
+  plan.endpoint = endpoint;
+  plan.path = request.path;
+  plan.request_id = *request_id;
+  plan.arrival_ns = arrival_ns;
+  plan.deadline = deadline_after_s(options_.request_timeout_s);
+  plan.prefill = prefill.server;
+  plan.prefill_request = {
+      .method = "POST",
+      .target = request.path,
+      .headers = prefill_headers(*request_id, pick->source.dp_rank, authorization),
+      .body = prefill_body(*body, transfer_id)};
+  plan.decode = next_decode();
+  plan.decode_request = {.method = "POST",
+                         .target = request.path,
+                         .headers = decode_headers(*request_id, authorization),
+                         .body = decode_body(*body, transfer_id, pick->source)};
+  plan.max_buffered_response_bytes = options_.max_buffered_response_bytes;
+  plan.on_released = [this, id = *request_id] {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    ids_in_flight_.erase(id);
+  };
+  start_completion_relay(std::move(plan), upstream_.get(), &metrics_, writer);
+}
+
+void ProxyServer::handle_models(const Request& request,
+                                const std::shared_ptr<ResponseWriter>& writer) {
+  const UpstreamUrl& decode = next_decode();
+  net::http::Headers headers;
+  std::string authorization = request.header("authorization");
+  if (authorization.empty()) {
+    authorization = options_.default_authorization;
+  }
+  if (!authorization.empty()) {
+    headers["Authorization"] = authorization;
+  }
+  auto relay = std::make_shared<ModelsRelay>(decode.url, writer, &metrics_);
+  relay->start(upstream_.get(), decode, std::move(headers),
+               deadline_after_s(std::min(options_.request_timeout_s, 60.0)));
+}
+
+}  // namespace crescent::proxy

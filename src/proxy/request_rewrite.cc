@@ -1,0 +1,88 @@
+#include "proxy/request_rewrite.h"
+
+#include "core/ids.h"
+
+namespace crescent::proxy {
+namespace {
+
+std::string dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+Result<Json> parse_client_body(std::string_view body) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return invalid_argument(body.empty() ? "the request body is empty; expected a JSON object"
+                                         : "the request body is not valid JSON");
+  }
+  if (!j.is_object()) {
+    return invalid_argument("the request body must be a JSON object");
+  }
+  return j;
+}
+
+Result<std::string> request_id_for(const net::http::Request& request) {
+  auto it = request.headers.find("x-request-id");
+  if (it == request.headers.end()) {
+    return random_uuid();
+  }
+  const std::string& id = it->second;
+  if (id.empty() || id.size() > 256) {
+    return invalid_argument("X-Request-Id must have 1 to 256 characters");
+  }
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) {
+      return invalid_argument("X-Request-Id may only hold visible ASCII characters");
+    }
+  }
+  return id;
+}
+
+std::string transfer_id_for(std::string_view request_id) {
+  return "xfer-" + std::string(request_id);
+}
+
+std::string prefill_body(const Json& client_body, std::string_view transfer_id) {
+  Json j = client_body;
+  j["kv_transfer_params"] =
+      Json{{"do_remote_decode", true}, {"do_remote_prefill", false}, {"transfer_id", transfer_id}};
+  j["stream"] = false;
+  j["max_tokens"] = 1;
+  if (j.contains("max_completion_tokens")) {
+    j["max_completion_tokens"] = 1;
+  }
+  j.erase("stream_options");
+  return dump(j);
+}
+
+std::string decode_body(const Json& client_body, std::string_view transfer_id,
+                        const PrefillSource& source) {
+  Json j = client_body;
+  j["kv_transfer_params"] = Json{{"do_remote_decode", false},
+                                 {"do_remote_prefill", true},
+                                 {"remote_bootstrap_addr", source.bootstrap_addr},
+                                 {"remote_engine_id", source.engine_id},
+                                 {"transfer_id", transfer_id}};
+  return dump(j);
+}
+
+net::http::Headers prefill_headers(std::string_view request_id, int dp_rank,
+                                   std::string_view authorization) {
+  net::http::Headers h = decode_headers(request_id, authorization);
+  h["X-data-parallel-rank"] = std::to_string(dp_rank);
+  return h;
+}
+
+net::http::Headers decode_headers(std::string_view request_id, std::string_view authorization) {
+  net::http::Headers h;
+  h["Content-Type"] = "application/json";
+  h["X-Request-Id"] = std::string(request_id);
+  if (!authorization.empty()) {
+    h["Authorization"] = std::string(authorization);
+  }
+  return h;
+}
+
+}  // namespace crescent::proxy
