@@ -1,6 +1,8 @@
 #include "disagg/pd_client.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -10,6 +12,15 @@ namespace crescent::testing {
 namespace {
 
 using net::http::HttpClient;
+
+// Best minus second-best of a list of logprobs (infinity with fewer than two).
+double margin_of(std::vector<double> v) {
+  if (v.size() < 2) {
+    return std::numeric_limits<double>::infinity();
+  }
+  std::sort(v.rbegin(), v.rend());
+  return v[0] - v[1];
+}
 
 // Adds one choice's text, logprobs and finish reason (whole or chunk shape) to *reply.
 void take_choice(const json& c, Reply* reply) {
@@ -28,6 +39,13 @@ void take_choice(const json& c, Reply* reply) {
       for (const auto& t : lp["content"]) {
         reply->tokens.push_back(t.value("token", ""));
         reply->logprobs.push_back(t.value("logprob", 0.0));
+        std::vector<double> top;
+        if (t.contains("top_logprobs") && t["top_logprobs"].is_array()) {
+          for (const auto& e : t["top_logprobs"]) {
+            top.push_back(e.value("logprob", 0.0));
+          }
+        }
+        reply->margins.push_back(margin_of(std::move(top)));
       }
     } else if (lp.contains("tokens") && lp["tokens"].is_array()) {
       for (const auto& t : lp["tokens"]) {
@@ -35,6 +53,15 @@ void take_choice(const json& c, Reply* reply) {
       }
       for (const auto& v : lp["token_logprobs"]) {
         reply->logprobs.push_back(v.is_number() ? v.get<double>() : 0.0);
+      }
+      if (lp.contains("top_logprobs") && lp["top_logprobs"].is_array()) {
+        for (const auto& t : lp["top_logprobs"]) {
+          std::vector<double> top;
+          for (const auto& [k, v] : t.items()) {
+            top.push_back(v.is_number() ? v.get<double>() : 0.0);
+          }
+          reply->margins.push_back(margin_of(std::move(top)));
+        }
       }
     }
   }

@@ -25,6 +25,10 @@ struct Reply {
   std::string text;
   std::vector<std::string> tokens;  // sampled tokens (when logprobs were asked for)
   std::vector<double> logprobs;     // their logprobs
+  // Per sampled token: best minus second-best logprob among the returned top logprobs
+  // (infinity when fewer than two were returned). Small margins are near ties, where two
+  // numerically valid computations may pick different tokens.
+  std::vector<double> margins;
   json usage;
   std::string finish_reason;
   std::string error_message;  // from {"error": {...}} (body or SSE event); empty if none

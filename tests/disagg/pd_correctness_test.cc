@@ -64,13 +64,13 @@ Case make_case(int i, const json& prompt, int max_tokens, const std::string& wha
     c.path = "/v1/chat/completions";
     c.body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
     c.body["logprobs"] = true;
-    c.body["top_logprobs"] = 1;
+    c.body["top_logprobs"] = 2;
     // The proxy must cut both names to 1 for the prefill request.
     c.body[(i % 8) == 2 ? "max_completion_tokens" : "max_tokens"] = max_tokens;
   } else {
     c.path = "/v1/completions";
     c.body["prompt"] = prompt;
-    c.body["logprobs"] = 1;
+    c.body["logprobs"] = 2;
     c.body["max_tokens"] = max_tokens;
   }
   if (stream) {
@@ -142,6 +142,61 @@ std::vector<Reply> run_all(int port, const std::vector<Case>& cases, int num_par
   return replies;
 }
 
+// What may differ between the colocated and the disaggregated computation of one request.
+// The decode engine computes the last prompt token on its own while the colocated engine
+// computes it inside the prompt's batch, so BF16 rounding may move a logprob slightly; where
+// the reference's two best tokens are that close, the pick may flip and the continuations are
+// no longer comparable. Anything else (a different token with a clear margin, a different
+// text, count or logprob) is a mismatch.
+constexpr double kLogprobTolerance = 1e-2;
+constexpr double kNearTie = 2 * kLogprobTolerance;
+
+struct Comparison {
+  std::string why;  // empty: equal
+  bool diverged_at_near_tie = false;
+  double max_logprob_diff = 0;
+};
+
+Comparison compare(const Reply& got, const Reply& want) {
+  Comparison out;
+  if (!got.is_ok()) {
+    out.why = "the disaggregated request failed";
+    return out;
+  }
+  for (const char* field : {"prompt_tokens", "completion_tokens"}) {
+    if (got.usage.value(field, -1) != want.usage.value(field, -2)) {
+      out.why = std::string("usage.") + field + " differs";
+      return out;
+    }
+  }
+  if (got.tokens.size() != want.tokens.size() || want.margins.size() != want.tokens.size()) {
+    out.why = "different numbers of sampled tokens or top logprobs";
+    return out;
+  }
+  for (size_t t = 0; t < want.tokens.size(); ++t) {
+    if (got.tokens[t] != want.tokens[t]) {
+      if (want.margins[t] < kNearTie) {
+        out.diverged_at_near_tie = true;
+        return out;
+      }
+      out.why = "token " + std::to_string(t) + " differs ('" + got.tokens[t] + "' vs '" +
+                want.tokens[t] + "') although the reference's margin is " +
+                std::to_string(want.margins[t]);
+      return out;
+    }
+    double diff = std::fabs(got.logprobs[t] - want.logprobs[t]);
+    out.max_logprob_diff = std::max(out.max_logprob_diff, diff);
+    if (diff > kLogprobTolerance) {
+      out.why = "logprob of token " + std::to_string(t) + " differs by " + std::to_string(diff);
+      return out;
+    }
+  }
+  if (got.text != want.text) {
+    out.why = "same tokens but different text";
+  }
+  return out;
+}
+
 // Every finished transfer of one role, by result label.
 double transfers(const std::map<std::string, double>& m, const std::string& role,
                  const std::string& result) {
@@ -174,23 +229,25 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
   std::vector<Reply> got = run_all(pd->proxy.port, cases, 8);
 
   int num_mismatches = 0;
+  int num_near_ties = 0;
+  double max_diff = 0;
   for (size_t i = 0; i < cases.size() && num_mismatches < 5; ++i) {
     const Case& c = cases[i];
     ASSERT_TRUE(want[i].is_ok()) << c.what << " reference: " << want[i].describe();
-    bool same = got[i].is_ok() && got[i].text == want[i].text && got[i].tokens == want[i].tokens &&
-                got[i].logprobs.size() == want[i].logprobs.size() &&
-                got[i].usage.value("completion_tokens", -1) ==
-                    want[i].usage.value("completion_tokens", -2) &&
-                got[i].usage.value("prompt_tokens", -1) == want[i].usage.value("prompt_tokens", -2);
-    for (size_t t = 0; same && t < got[i].logprobs.size(); ++t) {
-      same = std::fabs(got[i].logprobs[t] - want[i].logprobs[t]) <= 1e-3;
-    }
-    if (!same) {
+    // Logprobs were asked for: one sampled token and logprob per output token.
+    ASSERT_EQ(static_cast<int>(want[i].tokens.size()), want[i].usage.value("completion_tokens", -1))
+        << c.what << " reference: " << want[i].describe();
+    Comparison cmp = compare(got[i], want[i]);
+    max_diff = std::max(max_diff, cmp.max_logprob_diff);
+    num_near_ties += cmp.diverged_at_near_tie ? 1 : 0;
+    if (!cmp.why.empty()) {
       ++num_mismatches;
-      ADD_FAILURE() << c.what << "\n  disaggregated: " << got[i].describe()
+      ADD_FAILURE() << c.what << ": " << cmp.why << "\n  disaggregated: " << got[i].describe()
                     << "\n  colocated:     " << want[i].describe();
     }
   }
+  // A near tie is rare; many of them would hide a real difference.
+  EXPECT_LE(num_near_ties, std::max<int>(2, static_cast<int>(cases.size()) / 10));
   if (num_mismatches > 0) {
     std::string out = pd->outputs();
     ADD_FAILURE() << "process output (last 6000 bytes):\n"
@@ -210,6 +267,12 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
   EXPECT_EQ(transfers(pm, "prefill", "error"), 0);
   EXPECT_EQ(transfers(pm, "prefill", "expired"), 0);
   EXPECT_EQ(transfers(dm, "decode", "expired"), 0);
+  std::printf("largest logprob difference %.2g, %d near-tie divergences\n", max_diff,
+              num_near_ties);
+  std::printf("%zu requests; D fetched %.0f times (%.0f bytes), P wrote %.0f times\n", cases.size(),
+              transfers(dm, "decode", "ok"),
+              metric_sum(dm, "crescent_kv_transfer_bytes_total", {"role=\"decode\""}),
+              transfers(pm, "prefill", "ok"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PdCorrectnessTest, ::testing::Values("shm", "tcp", "ucx"),
