@@ -123,6 +123,9 @@ class FakeEngine {
     return e;
   }
 
+  // The connector goes first: its shutdown still queues events and calls the wakeup.
+  ~FakeEngine() { conn_.reset(); }
+
   KvTransferConnector& conn() { return *conn_; }
   uint8_t* block(int b) { return mem_.data() + static_cast<uint64_t>(b) * block_bytes_; }
   uint64_t block_bytes() const { return block_bytes_; }

@@ -328,35 +328,34 @@ Result<net::Fd> DecodeSide::handshake(const std::string& addr, const std::string
 Result<std::shared_ptr<ControlChannel>> DecodeSide::channel_to(const std::string& addr,
                                                                const std::string& engine_id,
                                                                Deadline deadline) {
-  std::shared_ptr<std::timed_mutex> connecting;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (is_stopping_)
-      return unavailable("the decode engine's KV connector is shut down");
-    auto it = channels_.find(addr);
-    if (it != channels_.end() && it->second->is_open())
-      return it->second;
-    auto& m = connecting_[addr];
-    if (!m)
-      m = std::make_shared<std::timed_mutex>();
-    connecting = m;
-  }
-  // One connect per worker at a time; the others wait and reuse it.
-  std::unique_lock<std::timed_mutex> connect_lock(*connecting, std::defer_lock);
-  if (!connect_lock.try_lock_until(deadline.when()))
-    return deadline_exceeded("waiting for another connection attempt to " + addr);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(addr);
-    if (it != channels_.end() && it->second->is_open())
-      return it->second;
+    // One connect per worker at a time; the others wait for it and reuse its channel.
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (is_stopping_)
+        return unavailable("the decode engine's KV connector is shut down");
+      auto it = channels_.find(addr);
+      if (it != channels_.end() && it->second->is_open())
+        return it->second;
+      if (connecting_.count(addr) == 0)
+        break;
+      if (connected_cv_.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
+          deadline.is_expired()) {
+        return deadline_exceeded("waiting for another connection attempt to " + addr);
+      }
+    }
+    connecting_.insert(addr);
   }
   auto fd = handshake(addr, engine_id, deadline);
+  std::lock_guard<std::mutex> lock(mu_);
+  connecting_.erase(addr);
+  connected_cv_.notify_all();
   if (!fd.is_ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
     forget_worker_locked(addr);  // the bootstrap may know a newer address next time
     return fd.status();
   }
+  if (is_stopping_)
+    return unavailable("the decode engine's KV connector is shut down");
   const DisaggOptions& o = *ctx_->options;
   ControlChannel::Options co;
   co.peer_name = "prefill engine " + engine_id + " at " + addr;
@@ -365,9 +364,6 @@ Result<std::shared_ptr<ControlChannel>> DecodeSide::channel_to(const std::string
   co.close_grace = o.cancel_grace;
   co.io_timeout = 3 * o.heartbeat_interval;
   co.waits_for_peer_close_on_error = true;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (is_stopping_)
-    return unavailable("the decode engine's KV connector is shut down");
   // Built under mu_ so that the handlers (which take mu_) find it registered.
   auto channel = std::make_shared<ControlChannel>(
       std::move(*fd), co, [this](ControlChannel& ch, net::Frame f) { on_frame(ch, std::move(f)); },

@@ -6,9 +6,11 @@
 // closed, or when no ASK was sent. State machine and deadlines: docs/disagg.md.
 // Thread-safety: every method may be called from any thread; start() and cancel() never block.
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,10 +98,11 @@ class DecodeSide {
   FetchMap fetches_;                                        // GUARDED_BY(mu_)
   std::map<std::string, std::string> request_of_transfer_;  // GUARDED_BY(mu_)
   std::map<std::string, std::string> resolved_;             // url\nengine -> addr; GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<ControlChannel>> channels_;      // by addr; GUARDED_BY(mu_)
-  std::map<uint64_t, std::string> addr_of_channel_;                      // GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting_;  // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<ControlChannel>> closed_channels_;         // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<ControlChannel>> channels_;  // by addr; GUARDED_BY(mu_)
+  std::map<uint64_t, std::string> addr_of_channel_;                  // GUARDED_BY(mu_)
+  std::set<std::string> connecting_;      // addrs being connected; GUARDED_BY(mu_)
+  std::condition_variable connected_cv_;  // a connect attempt ended
+  std::vector<std::shared_ptr<ControlChannel>> closed_channels_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace crescent::disagg
