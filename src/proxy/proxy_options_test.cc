@@ -1,1 +1,116 @@
+#include "proxy/proxy_options.h"
+
 #include <gtest/gtest.h>
+
+namespace crescent::proxy {
+namespace {
+
+TEST(UpstreamUrlTest, ParsesHostAndPort) {
+  auto u = parse_upstream_url("http://10.0.0.1:8010");
+  ASSERT_TRUE(u.is_ok()) << u.status().to_string();
+  EXPECT_EQ(u->host, "10.0.0.1");
+  EXPECT_EQ(u->port, 8010);
+  EXPECT_EQ(u->url, "http://10.0.0.1:8010");
+
+  u = parse_upstream_url("HTTP://prefill-1.local/");
+  ASSERT_TRUE(u.is_ok());
+  EXPECT_EQ(u->host, "prefill-1.local");
+  EXPECT_EQ(u->port, 80);
+  EXPECT_EQ(u->url, "HTTP://prefill-1.local");
+
+  u = parse_upstream_url("http://[::1]:9000");
+  ASSERT_TRUE(u.is_ok());
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->host_port(), "[::1]:9000");
+}
+
+TEST(UpstreamUrlTest, RefusesWhatItCannotReach) {
+  struct Case {
+    const char* url;
+    const char* why;
+  };
+  for (const Case& c :
+       {Case{"https://h:1", "https"}, Case{"h:8000", "http://"}, Case{"http://h:8000/v1", "path"},
+        Case{"http://:8000", "no host"}, Case{"http://h:", "empty port"},
+        Case{"http://h:0", "port"}, Case{"http://h:65536", "port"}, Case{"http://h:80x", "port"},
+        Case{"http://::1:80", "brackets"}, Case{"http://h h:1", "host"},
+        Case{"http://[::1", "']'"}}) {
+    auto u = parse_upstream_url(c.url);
+    ASSERT_FALSE(u.is_ok()) << c.url;
+    EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(u.status().message().find(c.why), std::string::npos)
+        << c.url << ": " << u.status().message();
+    EXPECT_NE(u.status().message().find(c.url), std::string::npos) << u.status().message();
+  }
+}
+
+TEST(ProxyArgsTest, ReadsTheReferenceProxyFlags) {
+  auto parsed = parse_proxy_args(
+      {"--host", "0.0.0.0", "--port", "9000", "--prefill", "http://p1:8010", "9001", "--prefill",
+       "http://p2:8010", "--prefill=http://p3:8010", "NONE", "--decode", "http://d1:8020",
+       "--decode=http://d2:8020", "--request-timeout", "2.5", "--io-threads", "4"});
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  const ProxyOptions& o = parsed->options;
+  EXPECT_FALSE(parsed->help_requested);
+  EXPECT_EQ(o.host, "0.0.0.0");
+  EXPECT_EQ(o.port, 9000);
+  ASSERT_EQ(o.prefills.size(), 3u);
+  EXPECT_EQ(o.prefills[0].server.host, "p1");
+  EXPECT_EQ(o.prefills[0].bootstrap_port, 9001);
+  EXPECT_EQ(o.prefills[0].bootstrap_addr(), "http://p1:9001");
+  EXPECT_EQ(o.prefills[1].bootstrap_port, kDefaultBootstrapPort);
+  EXPECT_EQ(o.prefills[2].bootstrap_port, kDefaultBootstrapPort);
+  ASSERT_EQ(o.decodes.size(), 2u);
+  EXPECT_EQ(o.decodes[1].host, "d2");
+  EXPECT_DOUBLE_EQ(o.request_timeout_s, 2.5);
+  EXPECT_EQ(o.num_io_threads, 4);
+}
+
+TEST(ProxyArgsTest, IPv6BootstrapAddressHasBrackets) {
+  auto parsed = parse_proxy_args({"--prefill", "http://[fe80::1]:8010", "--decode", "http://d:1"});
+  ASSERT_TRUE(parsed.is_ok());
+  EXPECT_EQ(parsed->options.prefills[0].bootstrap_addr(), "http://[fe80::1]:8998");
+}
+
+TEST(ProxyArgsTest, HelpNeedsNothingElse) {
+  auto parsed = parse_proxy_args({"--help"});
+  ASSERT_TRUE(parsed.is_ok());
+  EXPECT_TRUE(parsed->help_requested);
+  EXPECT_NE(proxy_help_text().find("--prefill URL"), std::string::npos);
+}
+
+TEST(ProxyArgsTest, UsageErrorsSayWhatIsWrong) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const std::string p = "http://p:1";
+  const std::string d = "http://d:1";
+  for (const Case& c : std::vector<Case>{
+           {{"--decode", d}, "--prefill"},
+           {{"--prefill", p}, "--decode"},
+           {{}, "--prefill"},
+           {{"--prefill", p, "abc", "--decode", d}, "'abc'"},
+           {{"--prefill", p, "0", "--decode", d}, "bootstrap port"},
+           {{"--prefill", p, "70000", "--decode", d}, "bootstrap port"},
+           {{"--prefill", "ftp://p:1", "--decode", d}, "ftp://p:1"},
+           {{"--prefill", p, "--decode", "d:1"}, "d:1"},
+           {{"--prefill", p, "--decode", d, "--port", "-1"}, "--port"},
+           {{"--prefill", p, "--decode", d, "--port"}, "needs a value"},
+           {{"--prefill", p, "--decode", d, "--request-timeout", "0"}, "--request-timeout"},
+           {{"--prefill", p, "--decode", d, "--request-timeout", "x"}, "--request-timeout"},
+           {{"--prefill", p, "--decode", d, "--io-threads", "0"}, "--io-threads"},
+           {{"--prefill", p, "--decode", d, "--bogus", "1"}, "--bogus"},
+           {{"--prefill", p, "9000", "9001", "--decode", d}, "'9001'"},
+           {{"--prefill"}, "needs a value"},
+       }) {
+    auto parsed = parse_proxy_args(c.args);
+    ASSERT_FALSE(parsed.is_ok()) << c.message;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.message), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace crescent::proxy

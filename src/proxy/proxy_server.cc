@@ -143,7 +143,9 @@ void ProxyServer::stop() {
   if (stopped_.exchange(true)) {
     return;
   }
-  http_->stop();
+  if (http_) {  // null when start() failed to listen
+    http_->stop();
+  }
   // Ends the relays still in flight: their upstream connections close, so the servers abort.
   upstream_->shutdown();
   registry_.stop();
