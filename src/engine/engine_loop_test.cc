@@ -167,13 +167,24 @@ TEST(EngineLoopTest, ConcurrentSubmitsAndAbortsFromManyThreads) {
 }
 
 TEST(EngineLoopTest, ShutdownWithWorkInFlightAbortsIt) {
-  FakeModelRunner runner(kVocab, 64, 4);
+  FakeModelRunner fake(kVocab, 64, 4);
+  // The runner stays shut until shutdown has begun (submit answers Unavailable), so no request
+  // can reach max_model_len first, however the threads are scheduled (was flaky under ASan).
+  GatedRunner runner(fake);
   EngineLoop loop(std::make_unique<Engine>(fake_options(), &runner));
   Recorder recorder;
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(loop.submit(request(make_id("r", i, 0), i, 100000), recorder.callback()).is_ok());
   }
+  std::thread opener([&] {
+    EXPECT_TRUE(wait_for([&] {
+      return loop.submit(request("probe", 1, 1), [](const RequestOutput&) {}).code() ==
+             StatusCode::kUnavailable;
+    }));
+    runner.open();
+  });
   loop.shutdown();
+  opener.join();
   EXPECT_EQ(recorder.num_finished(), 20);
   for (const auto& [id, s] : recorder.states()) {
     EXPECT_EQ(s.reason, FinishReason::kAbort) << id;
