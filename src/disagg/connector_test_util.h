@@ -82,6 +82,7 @@ struct SideOptions {
   std::chrono::milliseconds cancel_grace{500};
   KvCompatInfo compat = test_compat();
   std::function<void(const std::string&)> on_write_submitted;
+  std::shared_ptr<TransferMetrics> metrics;
 };
 
 // One engine rank: KV memory + connector + the events it reported.
@@ -109,6 +110,7 @@ class FakeEngine {
     if (bootstrap != nullptr)
       o.resolve = bootstrap->resolver();
     o.on_write_submitted = so.on_write_submitted;
+    o.metrics = so.metrics;
     auto c = KvTransferConnector::create(std::move(o));
     EXPECT_TRUE(c.is_ok()) << c.status().to_string();
     if (!c.is_ok())

@@ -55,7 +55,9 @@ Status validate(const DisaggOptions& o) {
 
 class KvTransferConnector::Impl {
  public:
-  explicit Impl(DisaggOptions options) : options_(std::move(options)) {}
+  explicit Impl(DisaggOptions options)
+      : options_(std::move(options)),
+        metrics_(options_.metrics ? options_.metrics : std::make_shared<TransferMetrics>()) {}
   ~Impl() { shutdown(); }
 
   Status start() {
@@ -71,7 +73,7 @@ class KvTransferConnector::Impl {
     ctx_.options = &options_;
     ctx_.transfer = transfer_.get();
     ctx_.region = region_;
-    ctx_.metrics = &metrics_;
+    ctx_.metrics = metrics_.get();
     ctx_.events = &events_;
     ctx_.work = work_.get();
     prefill_ = std::make_unique<PrefillSide>(&ctx_);
@@ -134,7 +136,7 @@ class KvTransferConnector::Impl {
   DisaggOptions options_;
   std::unique_ptr<transfer::TransferEngine> transfer_;
   transfer::RegionId region_;
-  TransferMetrics metrics_;
+  std::shared_ptr<TransferMetrics> metrics_;
   EventQueue events_;
   std::unique_ptr<WorkQueue> work_;
   ConnectorContext ctx_;
@@ -199,11 +201,11 @@ std::string KvTransferConnector::worker_addr() const {
 }
 
 KvTransferMetricsSnapshot KvTransferConnector::metrics() const {
-  return impl_->metrics_.snapshot();
+  return impl_->metrics_->snapshot();
 }
 
 void KvTransferConnector::render_metrics(std::string* out) const {
-  impl_->metrics_.render(out);
+  impl_->metrics_->render(out);
 }
 
 void KvTransferConnector::shutdown() {

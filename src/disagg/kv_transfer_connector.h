@@ -65,6 +65,9 @@ struct DisaggOptions {
   KvCompatInfo compat;
   KvMemory memory;
   EngineResolveFn resolve;  // decode side; required unless the engine is prefill-only
+  // Where to count (crescent_kv_transfer_*): share one among the ranks of a process so that
+  // /metrics shows each family once. Null: the connector keeps its own.
+  std::shared_ptr<TransferMetrics> metrics;
   // Fault injection for tests: runs on the write thread after a transfer's batch was
   // submitted and before it is waited for.
   std::function<void(const std::string& transfer_id)> on_write_submitted;
@@ -95,6 +98,8 @@ class KvTransferConnector final : public engine::KvConnector {
   // bootstrap server); empty when accept_asks is false.
   std::string worker_addr() const;
 
+  // The counters this connector counts into (shared with other ranks when options.metrics
+  // was set).
   KvTransferMetricsSnapshot metrics() const;
   // Appends the crescent_kv_transfer_* families in Prometheus text format.
   void render_metrics(std::string* out) const;

@@ -601,5 +601,25 @@ TEST_F(ConnectorFailureTest, MetricsCountAndRender) {
       contains(text, "crescent_kv_transfer_transfers_total{role=\"prefill\",result=\"ok\"} 1\n"));
 }
 
+TEST_F(ConnectorFailureTest, ConnectorsCanShareOneMetricsRegistry) {
+  SideOptions p, d;
+  p.metrics = d.metrics = std::make_shared<TransferMetrics>();
+  start(p, d);
+  ASSERT_TRUE(hold("p1", "T1"));
+  ask("d1", "T1");
+  auto ev = decode_->wait_event("d1", 5s);
+  ASSERT_TRUE(ev.has_value() && ev->status.is_ok());
+  ASSERT_TRUE(prefill_->wait_event("p1", 5s).has_value());
+  auto m = p.metrics->snapshot();
+  EXPECT_EQ(m.prefill.num_ok, 1u);
+  EXPECT_EQ(m.decode.num_ok, 1u);
+  EXPECT_EQ(decode_->conn().metrics().prefill.num_ok, 1u);
+  std::string text;
+  p.metrics->render(&text);
+  size_t first = text.find("# TYPE crescent_kv_transfer_transfers_total");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(text.find("# TYPE crescent_kv_transfer_transfers_total", first + 1), std::string::npos);
+}
+
 }  // namespace
 }  // namespace crescent::disagg
