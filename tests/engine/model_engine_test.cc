@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/fake_kv_connector_test_util.h"
 #include "engine/loader.h"
 #include "engine/transformer_runner.h"
 #include "kernels/kernels.h"
@@ -259,6 +262,175 @@ TEST(ModelEngineTest, EveryIsaAgreesWithPortable) {
         << kernels::isa_name(isa);
   }
   ASSERT_TRUE(kernels::set_active_isa(original).is_ok());
+}
+
+// Counts the tokens the engine asks a runner to compute.
+class CountingRunner : public engine::ModelRunner {
+ public:
+  explicit CountingRunner(engine::ModelRunner& inner) : inner_(inner) {}
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  int32_t num_kv_blocks() const override { return inner_.num_kv_blocks(); }
+  int32_t block_size() const override { return inner_.block_size(); }
+  Status execute(std::span<const engine::RunnerSeq> batch, std::vector<float>& logits) override {
+    for (const auto& s : batch)
+      num_tokens_ += static_cast<int64_t>(s.token_ids.size());
+    return inner_.execute(batch, logits);
+  }
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  engine::ModelRunner& inner_;
+  int64_t num_tokens_ = 0;
+};
+
+// Tokens and the sampled token's logprob of each, as one engine run produced them.
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+// Steps e once and appends what request `id` produced to *into (when given).
+void step_into(engine::Engine& e, Generated* into) {
+  auto out = e.step();
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (const auto& o : *out) {
+    if (into == nullptr)
+      continue;
+    into->tokens.insert(into->tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    for (const auto& lp : o.logprobs)
+      into->logprobs.push_back(lp.sampled.logprob);
+    if (o.finished) {
+      EXPECT_EQ(o.finish_reason, engine::FinishReason::kLength) << o.error_message;
+    }
+  }
+}
+
+// P/D disaggregation on real math: engine A prefills a prompt and holds its blocks; engine B
+// (its own runner and KV memory over the same weights) gets them by a memcpy of A's blocks
+// into the blocks its fetch names, computes only the last prompt token, and decodes. B's greedy
+// tokens and their logprobs equal a plain local run's; without the copy the logprobs do not
+// (so the check can fail: the tiny model's greedy tokens alone hardly depend on the context).
+TEST(ModelEngineTest, RemotePrefillFromAnotherEnginesKvEqualsLocalRun) {
+  auto loaded = load(testing::ensure_test_model("tiny"), TransformerOptions::Weights::kF32, 32);
+  ASSERT_NE(loaded, nullptr);
+  engine::KvCacheOptions kv;
+  kv.block_size = loaded->engine_options.block_size;
+  kv.num_blocks = 32;
+  auto runner_b = engine::TransformerRunner::create(*loaded->model, kv);
+  ASSERT_TRUE(runner_b.is_ok()) << runner_b.status().to_string();
+  engine::TransformerRunner& runner_a = *loaded->runner;
+  const int64_t block_bytes = runner_a.kv_layout().block_num_bytes();
+  ASSERT_EQ(block_bytes, (*runner_b)->kv_layout().block_num_bytes());
+
+  EngineRequest plain = greedy_requests(1, 12, 600, make_prompt(37, 12))[0];
+  plain.sampling.logprobs = 1;
+  Generated want;
+  {
+    engine::Engine local(loaded->engine_options, &runner_a);
+    ASSERT_TRUE(local.add_request(plain).is_ok());
+    while (local.has_unfinished_requests())
+      step_into(local, &want);
+  }
+  ASSERT_EQ(want.logprobs.size(), 12u);
+
+  for (bool copy : {true, false}) {
+    SCOPED_TRACE(copy ? "with the copy" : "without the copy");
+    // No K/V left over from the previous round in B's memory.
+    std::memset((*runner_b)->kv_base(), 0, static_cast<size_t>((*runner_b)->kv_num_bytes()));
+    engine::testing::FakeKvConnector conn_a, conn_b;
+    engine::EngineOptions oa = loaded->engine_options;
+    oa.kv_connector = &conn_a;
+    engine::EngineOptions ob = loaded->engine_options;
+    ob.kv_connector = &conn_b;
+    CountingRunner counting_b(**runner_b);
+    engine::Engine a(oa, &runner_a);
+    engine::Engine b(ob, &counting_b);
+    EngineRequest on_a = plain;
+    on_a.sampling.max_tokens = 1;
+    on_a.kv_transfer_params.do_remote_decode = true;
+    EngineRequest on_b = plain;
+    on_b.kv_transfer_params.do_remote_prefill = true;
+    ASSERT_TRUE(a.add_request(on_a).is_ok());
+    ASSERT_TRUE(b.add_request(on_b).is_ok());
+    Generated got;
+    step_into(a, nullptr);
+    step_into(b, &got);
+    ASSERT_EQ(conn_a.pending_holds().size(), 1u);
+    ASSERT_EQ(conn_b.pending_fetches().size(), 1u);
+    const auto hold = conn_a.pending_holds().begin()->second;
+    const auto fetch = conn_b.pending_fetches().begin()->second;
+    const int bs = kv.block_size;
+    const int num_prompt = static_cast<int>(plain.prompt_token_ids.size());
+    if (copy) {
+      const auto* src = reinterpret_cast<const char*>(runner_a.kv_base());
+      auto* dst = reinterpret_cast<char*>((*runner_b)->kv_base());
+      for (int i = fetch.num_local_tokens / bs; i < (num_prompt - 1 + bs - 1) / bs; ++i) {
+        std::memcpy(dst + fetch.block_ids[i] * block_bytes, src + hold.block_ids[i] * block_bytes,
+                    static_cast<size_t>(block_bytes));
+      }
+    }
+    ASSERT_TRUE(conn_b.complete_fetch(fetch.request_id));
+    ASSERT_TRUE(conn_a.release_hold(hold.request_id));
+    step_into(a, nullptr);
+    while (b.has_unfinished_requests()) {
+      step_into(b, &got);
+      if (HasFatalFailure())
+        return;
+    }
+    EXPECT_EQ(counting_b.num_tokens(), 1 + 11) << "B computes the last prompt token and decodes";
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    float max_diff = 0;
+    for (size_t i = 0; i < want.logprobs.size(); ++i)
+      max_diff = std::max(max_diff, std::abs(got.logprobs[i] - want.logprobs[i]));
+    std::printf("remote prefill %s copy: max |logprob - local| = %g\n", copy ? "with" : "without",
+                static_cast<double>(max_diff));
+    if (copy) {
+      EXPECT_EQ(got.tokens, want.tokens);
+      EXPECT_LE(max_diff, 1e-4f);
+    } else {
+      EXPECT_GT(max_diff, 1e-3f) << "the K/V in B's blocks did not matter: the test is blind";
+    }
+    EXPECT_EQ(a.stats().num_blocks_used, 0);
+    EXPECT_EQ(b.stats().num_blocks_used, 0);
+  }
+}
+
+TEST(ModelEngineTest, LoaderPutsTheKvCacheWhereTheHookSays) {
+  int64_t asked = 0;
+  int num_released = 0;
+  void* base = nullptr;
+  {
+    engine::LoadOptions o;
+    o.model_path = testing::ensure_test_model("tiny");
+    o.kv_cache.num_blocks = 8;
+    o.allocate_kv_memory = [&](int64_t num_bytes) -> Result<engine::KvCacheMemory> {
+      asked = num_bytes;
+      ASSIGN_OR_RETURN(engine::KvCacheMemory m, engine::allocate_private_kv_memory(num_bytes));
+      base = m.base;
+      auto inner = std::move(m.release);
+      m.release = [inner, &num_released] {
+        ++num_released;
+        inner();
+      };
+      return m;
+    };
+    auto loaded = engine::load_engine(o, pool());
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+    EXPECT_EQ(asked, 8 * (*loaded)->runner->kv_layout().block_num_bytes());
+    EXPECT_EQ(static_cast<void*>((*loaded)->runner->kv_base()), base);
+    EXPECT_EQ((*loaded)->runner->num_kv_blocks(), 8);
+    EXPECT_EQ(num_released, 0);
+  }
+  EXPECT_EQ(num_released, 1) << "the runner releases the hook's memory when it goes";
+
+  engine::LoadOptions o;
+  o.model_path = testing::ensure_test_model("tiny");
+  o.allocate_kv_memory = [](int64_t) -> Result<engine::KvCacheMemory> {
+    return resource_exhausted("no shared memory today");
+  };
+  auto loaded = engine::load_engine(o, pool());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_NE(loaded.status().message().find("no shared memory today"), std::string::npos);
 }
 
 TEST(ModelEngineTest, PromptLongerThanContextIsAClearError) {
