@@ -87,6 +87,13 @@ void take_error(const json& j, Reply* reply) {
 
 }  // namespace
 
+int Reply::usage_of(const std::string& field) const {
+  if (!usage.is_object() || !usage.contains(field) || !usage[field].is_number_integer()) {
+    return -1;
+  }
+  return usage[field].get<int>();
+}
+
 bool Reply::is_ok() const {
   return status == 200 && error_message.empty() && transport_error.empty() && (!streamed || done);
 }

@@ -37,6 +37,8 @@ struct Reply {
   double seconds = 0;         // request start -> end
   std::string raw;            // whole body, or the concatenated SSE data (for messages)
 
+  // usage[field], or -1 when there is no such number.
+  int usage_of(const std::string& field) const;
   // 200, no error, and (streamed) [DONE] seen.
   bool is_ok() const;
   // One line for failure messages.

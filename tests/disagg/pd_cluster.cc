@@ -84,7 +84,7 @@ std::vector<std::string> serve_args(ServeSpec* spec) {
                                    "--host",
                                    "127.0.0.1",
                                    "--port",
-                                   "0",
+                                   std::to_string(spec->port),
                                    "--threads",
                                    "1",
                                    "--io-threads",

@@ -164,7 +164,7 @@ Comparison compare(const Reply& got, const Reply& want) {
     return out;
   }
   for (const char* field : {"prompt_tokens", "completion_tokens"}) {
-    if (got.usage.value(field, -1) != want.usage.value(field, -2)) {
+    if (got.usage_of(field) != want.usage_of(field)) {
       out.why = std::string("usage.") + field + " differs";
       return out;
     }
@@ -235,7 +235,7 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
     const Case& c = cases[i];
     ASSERT_TRUE(want[i].is_ok()) << c.what << " reference: " << want[i].describe();
     // Logprobs were asked for: one sampled token and logprob per output token.
-    ASSERT_EQ(static_cast<int>(want[i].tokens.size()), want[i].usage.value("completion_tokens", -1))
+    ASSERT_EQ(static_cast<int>(want[i].tokens.size()), want[i].usage_of("completion_tokens"))
         << c.what << " reference: " << want[i].describe();
     Comparison cmp = compare(got[i], want[i]);
     max_diff = std::max(max_diff, cmp.max_logprob_diff);

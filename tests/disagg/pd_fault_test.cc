@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "core/ids.h"
@@ -42,6 +43,7 @@ json completion(const std::string& prompt, int max_tokens, bool stream = false) 
                {"ignore_eos", true}};
   if (stream) {
     body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
   }
   return body;
 }
@@ -69,7 +71,7 @@ class Bystanders {
                                     4, i % 2 == 1));
           std::lock_guard<std::mutex> lock(mu_);
           ++num_sent_;
-          if (r.is_ok() && r.usage.value("completion_tokens", 0) == 4) {
+          if (r.is_ok() && r.usage_of("completion_tokens") == 4) {
             ++num_ok_;
           } else if (first_failure_.empty()) {
             first_failure_ = r.describe();
@@ -155,7 +157,7 @@ class PdFaultTest : public ::testing::Test {
     pd_ = std::move(*pd);
   }
   void TearDown() override {
-    if (HasFailure()) {
+    if (HasFailure() || std::getenv("CRESCENT_TEST_VERBOSE") != nullptr) {
       std::string out = pd_.outputs();
       std::printf("---- process output (last 8000 bytes) ----\n%s\n",
                   (out.size() > 8000 ? out.substr(out.size() - 8000) : out).c_str());
@@ -193,7 +195,7 @@ TEST_F(PdFaultTest, HealthyPairDirectAndThroughProxy) {
   start(true);
   Reply d = direct_pair(completion(long_prompt(40, 1), 6));
   EXPECT_TRUE(d.is_ok()) << d.describe();
-  EXPECT_EQ(d.usage.value("completion_tokens", 0), 6) << d.describe();
+  EXPECT_EQ(d.usage_of("completion_tokens"), 6) << d.describe();
   Reply viaproxy = send(pd_.proxy.port, "/v1/completions", completion(long_prompt(40, 1), 6));
   EXPECT_TRUE(viaproxy.is_ok()) << viaproxy.describe();
   EXPECT_EQ(viaproxy.text, d.text);
@@ -283,7 +285,7 @@ TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
   EXPECT_TRUE(p.is_ok()) << p.describe();
   first_thread.join();
   EXPECT_TRUE(first.is_ok()) << "the first request was disturbed: " << first.describe();
-  EXPECT_EQ(first.usage.value("completion_tokens", 0), 6) << first.describe();
+  EXPECT_EQ(first.usage_of("completion_tokens"), 6) << first.describe();
 
   // P side: a second prefill half with a live transfer_id does not disturb the first.
   std::string t2 = new_transfer_id();
@@ -429,9 +431,11 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
       << "D kept blocks of requests whose P died";
   bystanders.expect_all_ok();
 
-  // A new P hosting the bootstrap on the same port: new engine id, and requests work again.
+  // A new P at the same address, hosting the bootstrap on the same port: a new engine id, and
+  // requests work again.
   ServeSpec again = spec_;
   again.role = "prefill";
+  again.port = pd_.prefill.port;
   again.bootstrap_port = pd_.prefill.bootstrap_port;
   auto p = start_serve("P2", again);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
@@ -441,9 +445,10 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
   ASSERT_FALSE(pd_.engine_id.empty()) << error;
   Reply d = direct_pair(completion(long_prompt(60, 20), 5));
   EXPECT_TRUE(d.is_ok()) << "direct request after P was replaced: " << d.describe();
-  // Through the proxy, once it has re-read the bootstrap.
+  // Through the proxy, once it has re-read the bootstrap (every 10 s: ProxyOptions'
+  // refresh_interval_ms).
   Reply viaproxy;
-  auto deadline = Deadline::after_ms(end_within_ms());
+  auto deadline = Deadline::after_ms(10'000 + end_within_ms());
   do {
     viaproxy = send(pd_.proxy.port, "/v1/completions", completion(long_prompt(60, 21), 5));
     if (!viaproxy.is_ok()) {
@@ -454,8 +459,9 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
   expect_blocks_back();
 }
 
-// D dies (SIGKILL) after asking P for KV, and again in the middle of P/D pairs: P frees
-// everything by its deadline and serves a new D.
+// D dies (SIGKILL) after asking P for KV, and again while P writes into it (frozen with
+// SIGSTOP first, so the transfer is surely under way): P frees everything by its deadline and
+// serves a new D.
 TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   start(false);
   Bystanders bystanders(pd_.prefill.port, 1, "plain requests on P");
@@ -501,35 +507,42 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
     EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, blocks_deadline()), 0)
         << "P kept blocks for a D that died after asking";
   }
-  // 2. Pairs in flight, D killed a moment after they start (any phase, transfer included).
+  // 2. D asked, then froze (SIGSTOP): P's halves arrive and P writes into a D that no longer
+  // reads or acknowledges; D is killed in the middle of that transfer.
   restart_decode("D2");
   {
-    std::vector<std::string> ids;
-    std::vector<json> bodies;
+    ParkedDecodes parked;
+    parked.replies.resize(kNum);
     for (int i = 0; i < kNum; ++i) {
-      ids.push_back(new_transfer_id());
-      bodies.push_back(completion(long_prompt(300, 40 + i), 20, true));
+      parked.transfer_ids.push_back(new_transfer_id());
+      parked.bodies.push_back(completion(long_prompt(300, 40 + i), 10, i % 2 == 1));
     }
-    std::vector<Reply> d_replies(kNum), p_replies(kNum);
-    std::vector<std::thread> threads;
     for (int i = 0; i < kNum; ++i) {
-      threads.emplace_back([&, i] {
-        d_replies[i] =
-            send(pd_.decode.port, "/v1/completions",
-                 decode_body(bodies[i], ids[i], pd_.prefill.bootstrap_url(), pd_.engine_id));
-      });
-      threads.emplace_back([&, i] {
-        p_replies[i] = send(pd_.prefill.port, "/v1/completions", prefill_body(bodies[i], ids[i]));
+      parked.threads.emplace_back([&, i] {
+        parked.replies[i] = send(pd_.decode.port, "/v1/completions",
+                                 decode_body(parked.bodies[i], parked.transfer_ids[i],
+                                             pd_.prefill.bootstrap_url(), pd_.engine_id));
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    pd_.decode.process->signal(SIGSTOP);
+    std::vector<Reply> p_replies;
+    for (int i = 0; i < kNum; ++i) {
+      p_replies.push_back(send(pd_.prefill.port, "/v1/completions",
+                               prefill_body(parked.bodies[i], parked.transfer_ids[i])));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // P is writing
     pd_.decode.process->kill_now();
-    for (auto& t : threads) {
-      t.join();
-    }
+    parked.join();
     check_prefill_halves(p_replies);
     EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, blocks_deadline()), 0)
         << "P kept blocks for a D that died mid-transfer";
+    auto m = read_metrics(pd_.prefill.port);
+    std::printf("P transfers after D died: ok %.0f, error %.0f, cancelled %.0f, expired %.0f\n",
+                metric_sum(m, "crescent_kv_transfer_transfers_total", {"result=\"ok\""}),
+                metric_sum(m, "crescent_kv_transfer_transfers_total", {"result=\"error\""}),
+                metric_sum(m, "crescent_kv_transfer_transfers_total", {"result=\"cancelled\""}),
+                metric_sum(m, "crescent_kv_transfer_transfers_total", {"result=\"expired\""}));
   }
   bystanders.expect_all_ok();
   // P still serves a new D.
