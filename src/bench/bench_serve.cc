@@ -146,14 +146,13 @@ std::string tokenizer_file(const std::string& path) {
 
 std::string chart_title(const RunInfo& info, const BenchmarkMetrics& m, double duration_s) {
   char text[512];
-  std::snprintf(text, sizeof(text),
-                "%s  %s  rate %s req/s, burstiness %s, %s  %lld ok / %lld failed in %.1f s",
-                info.model_id.c_str(), info.dataset_name.c_str(),
-                python_float(info.request_rate).c_str(), python_float(info.burstiness).c_str(),
-                info.max_concurrency > 0
-                    ? ("max concurrency " + std::to_string(info.max_concurrency)).c_str()
-                    : "no concurrency limit",
-                static_cast<long long>(m.completed), static_cast<long long>(m.failed), duration_s);
+  std::snprintf(
+      text, sizeof(text), "%s | %s | %s req/s, burstiness %s, %s | %lld ok, %lld failed in %.1f s",
+      info.model_id.c_str(), info.dataset_name.c_str(), python_float(info.request_rate).c_str(),
+      python_float(info.burstiness).c_str(),
+      info.max_concurrency > 0 ? ("max concurrency " + std::to_string(info.max_concurrency)).c_str()
+                               : "no concurrency limit",
+      static_cast<long long>(m.completed), static_cast<long long>(m.failed), duration_s);
   return text;
 }
 

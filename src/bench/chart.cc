@@ -142,8 +142,10 @@ class Panel {
     *svg_ += "<line x1=\"" + num(X) + "\" y1=\"" + num(top_) + "\" x2=\"" + num(X) + "\" y2=\"" +
              num(bottom()) + "\" stroke=\"" + color + "\" stroke-width=\"1.5\" " +
              "stroke-dasharray=\"5,3\"/>\n";
+    // A white halo keeps the label readable over bars and marker lines.
     *svg_ += "<text x=\"" + num(left_ + width_ - 4) + "\" y=\"" + num(top_ + 14 + 14 * slot) +
-             "\" text-anchor=\"end\" font-size=\"11\" fill=\"" + color + "\">" + escape(label) +
+             "\" text-anchor=\"end\" font-size=\"11\" fill=\"" + color +
+             "\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">" + escape(label) +
              "</text>\n";
   }
   void dot(double x, double y) {
@@ -201,11 +203,11 @@ void histogram(std::string* svg, double x0, double y0, const std::string& title,
     }
   }
   char label[64];
-  std::snprintf(label, sizeof(label), "mean %.2f", mean(ms));
+  std::snprintf(label, sizeof(label), "mean %.2f ms", mean(ms));
   panel.vertical_marker(mean(ms), "#f28e2b", label, 0);
-  std::snprintf(label, sizeof(label), "median %.2f", median(ms));
+  std::snprintf(label, sizeof(label), "median %.2f ms", median(ms));
   panel.vertical_marker(median(ms), "#59a14f", label, 1);
-  std::snprintf(label, sizeof(label), "p99 %.2f", percentile(ms, 99));
+  std::snprintf(label, sizeof(label), "p99 %.2f ms", percentile(ms, 99));
   panel.vertical_marker(percentile(ms, 99), "#e15759", label, 2);
 }
 

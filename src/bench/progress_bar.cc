@@ -58,7 +58,7 @@ void ProgressBar::stop() {
 void ProgressBar::draw() {
   std::string line = format_progress(progress_.num_done.load(), progress_.num_failed.load(), total_,
                                      steady_seconds() - start_s_);
-  std::fprintf(out_, "\r%s", line.c_str());
+  std::fprintf(out_, "\r%s\x1b[K", line.c_str());  // erase what a longer line left
   std::fflush(out_);
 }
 

@@ -22,19 +22,19 @@ namespace {
 
 using json = nlohmann::json;
 
-struct Run {
+struct BenchRun {
   int exit_code = -1;
   std::string output;  // stdout and stderr
 };
 
 // Runs `crescent bench serve ARGS` with a 120 s limit (timeout(1) kills it past that).
-Run bench_serve(const std::vector<std::string>& args) {
+BenchRun bench_serve(const std::vector<std::string>& args) {
   std::string cmd = "timeout -k 5 120 " + crescent_binary() + " bench serve";
   for (const auto& a : args) {
     cmd += " '" + a + "'";
   }
   cmd += " 2>&1";
-  Run run;
+  BenchRun run;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) {
     return run;
@@ -78,28 +78,28 @@ TEST(BenchServeProcessTest, RealServerTinyModel) {
   ServeProcess server({"--model", model, "--served-model-name", "tiny", "--threads", "1",
                        "--max-model-len", "256", "--kv-cache-mb", "64"});
   TempDir dir;
-  Run run = bench_serve({"--base-url",
-                         "http://127.0.0.1:" + std::to_string(server.port()),
-                         "--model",
-                         model,
-                         "--dataset-name",
-                         "random",
-                         "--random-input-len",
-                         "16",
-                         "--random-output-len",
-                         "4",
-                         "--num-prompts",
-                         "8",
-                         "--request-rate",
-                         "inf",
-                         "--max-concurrency",
-                         "4",
-                         "--seed",
-                         "1",
-                         "--save-result",
-                         dir.file("result.json"),
-                         "--save-detailed",
-                         "--no-progress"});
+  BenchRun run = bench_serve({"--base-url",
+                              "http://127.0.0.1:" + std::to_string(server.port()),
+                              "--model",
+                              model,
+                              "--dataset-name",
+                              "random",
+                              "--random-input-len",
+                              "16",
+                              "--random-output-len",
+                              "4",
+                              "--num-prompts",
+                              "8",
+                              "--request-rate",
+                              "inf",
+                              "--max-concurrency",
+                              "4",
+                              "--seed",
+                              "1",
+                              "--save-result",
+                              dir.file("result.json"),
+                              "--save-detailed",
+                              "--no-progress"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("Successful requests:                     8"), std::string::npos)
       << run.output;
@@ -143,27 +143,27 @@ TEST(BenchServeProcessTest, FailingServerIsCountedAndItsFirstErrorShown) {
   TempDir dir;
   // One request at a time: the test request is the server's #1 and request i its #(i + 2),
   // so requests 1, 4 and 7 fail.
-  Run run = bench_serve({"--port",
-                         std::to_string((*fake)->port()),
-                         "--model",
-                         ensure_test_model("tiny"),
-                         "--dataset-name",
-                         "random",
-                         "--random-input-len",
-                         "16",
-                         "--random-output-len",
-                         "4",
-                         "--num-prompts",
-                         "9",
-                         "--max-concurrency",
-                         "1",
-                         "--request-rate",
-                         "50",
-                         "--burstiness",
-                         "2",
-                         "--save-result",
-                         dir.file("r.json"),
-                         "--no-progress"});
+  BenchRun run = bench_serve({"--port",
+                              std::to_string((*fake)->port()),
+                              "--model",
+                              ensure_test_model("tiny"),
+                              "--dataset-name",
+                              "random",
+                              "--random-input-len",
+                              "16",
+                              "--random-output-len",
+                              "4",
+                              "--num-prompts",
+                              "9",
+                              "--max-concurrency",
+                              "1",
+                              "--request-rate",
+                              "50",
+                              "--burstiness",
+                              "2",
+                              "--save-result",
+                              dir.file("r.json"),
+                              "--no-progress"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("Successful requests:                     6"), std::string::npos)
       << run.output;
@@ -187,7 +187,7 @@ TEST(BenchServeProcessTest, FailingServerIsCountedAndItsFirstErrorShown) {
 }
 
 TEST(BenchServeProcessTest, BadFlagsAreRefusedWithAMessage) {
-  Run run = bench_serve({"--model", ensure_test_model("tiny"), "--dataset-name", "sharegpt"});
+  BenchRun run = bench_serve({"--model", ensure_test_model("tiny"), "--dataset-name", "sharegpt"});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.output.find("--dataset-name sharegpt needs --dataset-path"), std::string::npos)
       << run.output;
