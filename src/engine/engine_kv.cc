@@ -101,6 +101,19 @@ void Engine::finish_remote(Request& r, FinishReason reason) {
     CRESCENT_CHECK(inserted) << id << " is already in fetch limbo";
     return;
   }
+  if (seq.needs_remote_kv) {
+    // Ends before it was ever admitted: the prefill engine may already hold (or be computing)
+    // this transfer's KV. Tell it through the "nothing to fetch" form of start_remote_prefill
+    // (num_local_tokens covers every block the peer would send), so it frees at once instead
+    // of at its deadline. No event follows.
+    seq.needs_remote_kv = false;
+    const int block_size = block_manager_.block_size();
+    const int num_needed = std::max(0, seq.num_prompt_tokens - 1);
+    const int all_local = (num_needed + block_size - 1) / block_size * block_size;
+    kv_connector_->start_remote_prefill(id, r.kv_transfer_params, seq.prompt_token_ids(), {},
+                                        all_local);
+    return;
+  }
   if (!r.kv_transfer_params.do_remote_decode) {
     return;  // decode side, KV arrived (or was all local): nothing pending at the connector
   }

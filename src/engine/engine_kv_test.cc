@@ -200,6 +200,33 @@ TEST(EngineKvTest, AbortWhileParkedDeliversAbortAtOnceAndHoldsBlocksUntilTheConn
   EXPECT_EQ(got["r"].num_outputs, 1);
 }
 
+TEST(EngineKvTest, AbortBeforeAdmissionTellsThePeerNothingIsNeeded) {
+  DecodeSide d(/*num_blocks=*/4);
+  // "busy" takes 3 of the 4 blocks, so "r" (3 blocks) stays queued, never admitted.
+  ASSERT_TRUE(d.engine.add_request(make_request("busy", prompt_of(9, 7), 3)).is_ok());
+  std::map<std::string, Collected> got;
+  step(d.engine, got);
+  ASSERT_TRUE(d.engine.add_request(remote_prefill(make_request("r", prompt_of(11, 4), 4))).is_ok());
+  step(d.engine, got);
+  ASSERT_EQ(d.engine.stats().num_waiting, 1);
+  ASSERT_TRUE(d.connector.fetches().empty());
+  d.engine.abort("r");
+  step(d.engine, got);
+  ASSERT_TRUE(got["r"].finished);
+  EXPECT_EQ(got["r"].reason, FinishReason::kAbort);
+  // The "nothing to fetch" form, so the prefill engine frees what it holds for the transfer.
+  const auto fetches = d.connector.fetches();
+  ASSERT_EQ(fetches.size(), 1u);
+  EXPECT_TRUE(fetches[0].block_ids.empty());
+  EXPECT_GE(fetches[0].num_local_tokens, 11 - 1);
+  EXPECT_EQ(fetches[0].num_local_tokens % 4, 0);
+  EXPECT_EQ(fetches[0].params.transfer_id, "xfer-r");
+  d.engine.abort("busy");
+  step(d.engine, got);
+  EXPECT_FALSE(d.engine.has_unfinished_requests());
+  EXPECT_EQ(d.engine.stats().num_blocks_used, 0);
+}
+
 TEST(EngineKvTest, AbortAllWhileParkedKeepsBlocksUntilReported) {
   DecodeSide d;
   d.connector.set_report_on_cancel(true);

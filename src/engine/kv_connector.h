@@ -22,6 +22,10 @@
 //   4. Abort of a waiting request: the engine delivers kAbort to the client at once, calls
 //      cancel(), and keeps the blocks referenced until the connector reports kRemoteKvReady
 //      (any status) for that request id; only then are they freed.
+//   5. A request that ends (abort, shutdown) before it was ever admitted: the engine calls
+//      start_remote_prefill() with no blocks and num_local_tokens covering the whole prompt,
+//      i.e. the "nothing to fetch" form of step 2, so the peer frees what it holds for the
+//      transfer at once. No event follows.
 //
 // Prefill side (params.do_remote_decode):
 //   1. The request runs as usual (the proxy sends max_tokens = 1). When it finishes normally
