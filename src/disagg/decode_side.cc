@@ -369,7 +369,7 @@ Result<std::shared_ptr<ControlChannel>> DecodeSide::channel_to(const std::string
       std::move(*fd), co, [this](ControlChannel& ch, net::Frame f) { on_frame(ch, std::move(f)); },
       [this](ControlChannel& ch, const Status& why) { on_closed(ch, why); });
   channels_[addr] = channel;
-  addr_of_channel_[channel->id()] = addr;
+  live_channels_[channel->id()] = LiveChannel{addr, channel};
   return channel;
 }
 
@@ -442,15 +442,15 @@ void DecodeSide::on_frame(ControlChannel& channel, net::Frame frame) {
 void DecodeSide::on_closed(ControlChannel& channel, const Status& reason) {
   Outbox out(ctx_->events);
   std::lock_guard<std::mutex> lock(mu_);
-  auto a = addr_of_channel_.find(channel.id());
-  if (a != addr_of_channel_.end()) {
-    auto c = channels_.find(a->second);
-    if (c != channels_.end() && c->second.get() == &channel) {
-      closed_channels_.push_back(c->second);
+  auto live = live_channels_.find(channel.id());
+  if (live != live_channels_.end()) {
+    const std::string& addr = live->second.addr;
+    auto c = channels_.find(addr);
+    if (c != channels_.end() && c->second.get() == &channel)
       channels_.erase(c);
-    }
-    forget_worker_locked(a->second);
-    addr_of_channel_.erase(a);
+    forget_worker_locked(addr);
+    closed_channels_.push_back(std::move(live->second.channel));
+    live_channels_.erase(live);
   }
   for (auto it = fetches_.begin(); it != fetches_.end();) {
     auto next = std::next(it);
@@ -584,8 +584,8 @@ void DecodeSide::close_connections() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     is_stopping_ = true;
-    for (auto& [addr, ch] : channels_) {
-      channels.push_back(ch);
+    for (auto& [id, live] : live_channels_) {
+      channels.push_back(live.channel);
     }
     for (auto& ch : closed_channels_) {
       channels.push_back(ch);

@@ -99,9 +99,15 @@ class DecodeSide {
   std::map<std::string, std::string> request_of_transfer_;  // GUARDED_BY(mu_)
   std::map<std::string, std::string> resolved_;             // url\nengine -> addr; GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<ControlChannel>> channels_;  // by addr; GUARDED_BY(mu_)
-  std::map<uint64_t, std::string> addr_of_channel_;                  // GUARDED_BY(mu_)
-  std::set<std::string> connecting_;      // addrs being connected; GUARDED_BY(mu_)
-  std::condition_variable connected_cv_;  // a connect attempt ended
+  // Every channel not yet closed, by id, with its worker address: the owner of last resort, so
+  // that a channel is never destroyed on its own thread (closed ones move to closed_channels_).
+  struct LiveChannel {
+    std::string addr;
+    std::shared_ptr<ControlChannel> channel;
+  };
+  std::map<uint64_t, LiveChannel> live_channels_;  // GUARDED_BY(mu_)
+  std::set<std::string> connecting_;               // addrs being connected; GUARDED_BY(mu_)
+  std::condition_variable connected_cv_;           // a connect attempt ended
   std::vector<std::shared_ptr<ControlChannel>> closed_channels_;  // GUARDED_BY(mu_)
 };
 
