@@ -194,6 +194,7 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   options.memory.num_bytes = static_cast<uint64_t>(runner.kv_num_bytes());
   options.memory.block_bytes = static_cast<uint64_t>(runner.kv_layout().block_num_bytes());
   options.memory.num_blocks = runner.num_kv_blocks();
+  options.metrics = transfer_metrics_;
   options.resolve = [resolver = resolver_](const std::string& url, const std::string& engine_id,
                                            Deadline deadline) {
     return resolver->resolve(url, engine_id, deadline);
