@@ -88,6 +88,32 @@ fi
   exit 1
 }
 
+# Debian 12's FastAPI (0.92) predates FastAPI(lifespan=...) (0.93) and silently ignores it, so
+# the proxy would never set itself up. The launcher hands the lifespan to Starlette's router,
+# which has supported it since 0.26, and then runs the proxy file as __main__, unmodified.
+launcher_py="$run_dir/run_proxy.py"
+cat > "$launcher_py" <<'PY'
+import inspect
+import runpy
+import sys
+
+import fastapi
+
+if "lifespan" not in inspect.signature(fastapi.FastAPI.__init__).parameters:
+    _init = fastapi.FastAPI.__init__
+
+    def _init_with_lifespan(self, *args, lifespan=None, **kwargs):
+        _init(self, *args, **kwargs)
+        if lifespan is not None:
+            self.router.lifespan_context = lifespan
+
+    fastapi.FastAPI.__init__ = _init_with_lifespan
+
+path = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(path, run_name="__main__")
+PY
+
 # ---- processes -------------------------------------------------------------------------------
 pids=()
 cleanup() {
@@ -151,10 +177,10 @@ wait_http_200() {
 }
 
 if [[ -z "$model" ]]; then
-  model="$work_dir/tiny"
+  model="$work_dir/tiny-llama"
   if [[ ! -f "$model/config.json" ]]; then
-    tmp_model="$work_dir/tiny.tmp.$$"
-    "$crescent" make-model --preset tiny --out "$tmp_model" > "$run_dir/make-model.log" 2>&1
+    tmp_model="$work_dir/tiny-llama.tmp.$$"
+    "$crescent" make-model --preset tiny-llama --out "$tmp_model" > "$run_dir/make-model.log" 2>&1
     mv -T "$tmp_model" "$model" 2>/dev/null || rm -rf "$tmp_model"
   fi
 fi
@@ -183,7 +209,7 @@ wait_http_200 "http://127.0.0.1:$both_port/health" "colocated /health"
 wait_http_200 "http://127.0.0.1:$bootstrap_port/query" "bootstrap /query"
 
 proxy_port="$(free_port)"
-(cd "$run_dir" && exec "$python" "$proxy_py" --host 127.0.0.1 --port "$proxy_port" \
+(cd "$run_dir" && exec "$python" "$launcher_py" "$proxy_py" --host 127.0.0.1 --port "$proxy_port" \
   --prefill "http://127.0.0.1:$prefill_port" "$bootstrap_port" \
   --decode "http://127.0.0.1:$decode_port") > "$run_dir/proxy.log" 2>&1 &
 pids+=("$!")

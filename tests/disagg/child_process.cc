@@ -18,7 +18,9 @@ namespace crescent::testing {
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
                                                           std::vector<std::string> args) {
-  args.insert(args.begin(), crescent_binary());
+  // CRESCENT_TEST_BINARY runs the tests against another build of crescent (e.g. a mutant).
+  const char* other = std::getenv("CRESCENT_TEST_BINARY");
+  args.insert(args.begin(), other != nullptr && *other != '\0' ? other : crescent_binary());
   std::vector<char*> argv;
   for (auto& a : args) {
     argv.push_back(a.data());

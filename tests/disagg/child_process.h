@@ -20,7 +20,8 @@ namespace crescent::testing {
 
 class ChildProcess {
  public:
-  // Starts `crescent args...`; name labels its output in failure messages.
+  // Starts `crescent args...` (the build's binary, or $CRESCENT_TEST_BINARY when set); name
+  // labels its output in failure messages.
   static Result<std::unique_ptr<ChildProcess>> start(std::string name,
                                                      std::vector<std::string> args);
   ~ChildProcess();

@@ -78,7 +78,7 @@ int scaled(int n, int minimum) {
 std::vector<std::string> serve_args(ServeSpec* spec) {
   std::vector<std::string> args = {"serve",
                                    "--model",
-                                   ensure_test_model("tiny"),
+                                   ensure_test_model(spec->model_preset),
                                    "--served-model-name",
                                    kModelName,
                                    "--host",

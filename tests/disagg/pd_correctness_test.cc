@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -147,8 +148,9 @@ std::vector<Reply> run_all(int port, const std::vector<Case>& cases, int num_par
 // computes it inside the prompt's batch, so BF16 rounding may move a logprob slightly; where
 // the reference's two best tokens are that close, the pick may flip and the continuations are
 // no longer comparable. Anything else (a different token with a clear margin, a different
-// text, count or logprob) is a mismatch.
-constexpr double kLogprobTolerance = 1e-2;
+// text, count or logprob) is a mismatch. Measured: the rounding differences stay near 1e-3;
+// a decode engine that receives one wrong block (of a prompt's last block) shows 1e-2..4e-2.
+constexpr double kLogprobTolerance = 5e-3;
 constexpr double kNearTie = 2 * kLogprobTolerance;
 
 struct Comparison {
@@ -215,10 +217,17 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
   }
   // The colocated reference loads while P and D do.
   ServeSpec both;
+  // tiny-llama, not tiny: tiny's greedy output merely repeats the last prompt token whatever
+  // came before it, so it would hide a wrong KV; tiny-llama's output depends on the context.
+  both.model_preset = "tiny-llama";
+  if (const char* m = std::getenv("CRESCENT_PD_MODEL"); m != nullptr && *m != '\0') {
+    both.model_preset = m;
+  }
   auto ref = launch_serve("ref", both);
   ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
   ServeSpec spec;
   spec.transport = transport;
+  spec.model_preset = both.model_preset;
   spec.kv_transfer_timeout_s = 20;  // generous: correctness, not faults, is tested here
   auto pd = start_pd(spec, spec, /*with_proxy=*/true);
   ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
