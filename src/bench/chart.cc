@@ -137,12 +137,14 @@ class Panel {
              num(std::max(0.5, px(x_to) - px(x_from) - 1)) + "\" height=\"" +
              num(bottom() - py(count)) + "\" fill=\"#4e79a7\"/>\n";
   }
-  void vertical_marker(double x, const std::string& color, const std::string& label, int slot) {
+  void vertical_marker(double x, const std::string& color) {
     double X = px(x);
     *svg_ += "<line x1=\"" + num(X) + "\" y1=\"" + num(top_) + "\" x2=\"" + num(X) + "\" y2=\"" +
              num(bottom()) + "\" stroke=\"" + color + "\" stroke-width=\"1.5\" " +
              "stroke-dasharray=\"5,3\"/>\n";
-    // A white halo keeps the label readable over bars and marker lines.
+  }
+  // Drawn after every marker line, with a white halo, so lines never cross the text.
+  void marker_label(const std::string& color, const std::string& label, int slot) {
     *svg_ += "<text x=\"" + num(left_ + width_ - 4) + "\" y=\"" + num(top_ + 14 + 14 * slot) +
              "\" text-anchor=\"end\" font-size=\"11\" fill=\"" + color +
              "\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">" + escape(label) +
@@ -202,13 +204,23 @@ void histogram(std::string* svg, double x0, double y0, const std::string& title,
                 counts[static_cast<size_t>(b)]);
     }
   }
-  char label[64];
-  std::snprintf(label, sizeof(label), "mean %.2f ms", mean(ms));
-  panel.vertical_marker(mean(ms), "#f28e2b", label, 0);
-  std::snprintf(label, sizeof(label), "median %.2f ms", median(ms));
-  panel.vertical_marker(median(ms), "#59a14f", label, 1);
-  std::snprintf(label, sizeof(label), "p99 %.2f ms", percentile(ms, 99));
-  panel.vertical_marker(percentile(ms, 99), "#e15759", label, 2);
+  struct Marker {
+    const char* name;
+    double value;
+    const char* color;
+  };
+  const Marker markers[] = {{"mean", mean(ms), "#f28e2b"},
+                            {"median", median(ms), "#59a14f"},
+                            {"p99", percentile(ms, 99), "#e15759"}};
+  for (const Marker& m : markers) {
+    panel.vertical_marker(m.value, m.color);
+  }
+  int slot = 0;
+  for (const Marker& m : markers) {
+    char label[64];
+    std::snprintf(label, sizeof(label), "%s %.2f ms", m.name, m.value);
+    panel.marker_label(m.color, label, slot++);
+  }
 }
 
 // Per-request values (ms) against send time; failed requests marked on the time axis.
