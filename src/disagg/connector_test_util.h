@@ -78,7 +78,7 @@ struct SideOptions {
   int num_blocks = 32;
   uint64_t block_bytes = 8192;
   std::chrono::milliseconds transfer_timeout{2000};
-  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds cancel_grace{500};
   KvCompatInfo compat = test_compat();
   std::function<void(const std::string&)> on_write_submitted;

@@ -230,11 +230,32 @@ Result<std::string> DecodeSide::resolve(const std::string& bootstrap_url,
                                         const std::string& engine_id, Deadline deadline) {
   std::string key = bootstrap_url + "\n" + engine_id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = resolved_.find(key);
-    if (it != resolved_.end())
-      return it->second;
+    // One lookup per engine at a time: a burst of requests makes one bootstrap query.
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (is_stopping_)
+        return unavailable("the decode engine's KV connector is shut down");
+      auto it = resolved_.find(key);
+      if (it != resolved_.end())
+        return it->second;
+      if (resolving_.count(key) == 0)
+        break;
+      if (connected_cv_.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
+          deadline.is_expired()) {
+        return deadline_exceeded("waiting for another bootstrap lookup of " + engine_id);
+      }
+    }
+    resolving_.insert(key);
   }
+  struct Done {
+    DecodeSide* side;
+    const std::string& key;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(side->mu_);
+      side->resolving_.erase(key);
+      side->connected_cv_.notify_all();
+    }
+  } done{this, key};
   auto addr = ctx_->options->resolve(bootstrap_url, engine_id, deadline);
   if (!addr.is_ok()) {
     const Status& s = addr.status();
@@ -584,6 +605,7 @@ void DecodeSide::close_connections() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     is_stopping_ = true;
+    connected_cv_.notify_all();
     for (auto& [id, live] : live_channels_) {
       channels.push_back(live.channel);
     }

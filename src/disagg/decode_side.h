@@ -107,7 +107,8 @@ class DecodeSide {
   };
   std::map<uint64_t, LiveChannel> live_channels_;  // GUARDED_BY(mu_)
   std::set<std::string> connecting_;               // addrs being connected; GUARDED_BY(mu_)
-  std::condition_variable connected_cv_;           // a connect attempt ended
+  std::set<std::string> resolving_;                // url\nengine being looked up; GUARDED_BY(mu_)
+  std::condition_variable connected_cv_;           // a connect attempt or a lookup ended
   std::vector<std::shared_ptr<ControlChannel>> closed_channels_;  // GUARDED_BY(mu_)
 };
 
