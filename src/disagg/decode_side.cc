@@ -36,56 +36,65 @@ DecodeSide::~DecodeSide() {
   fail_all();
 }
 
+// What is wrong with a start_remote_prefill() call, if anything.
+static Status validate_fetch(const DisaggOptions& o, const engine::KvTransferParams& params,
+                             std::span<const int32_t> block_ids, int num_local_tokens,
+                             uint32_t num_prompt, uint32_t first, uint32_t n) {
+  const int block_size = o.compat.block_size;
+  RETURN_IF_ERROR(protocol::validate_id(params.transfer_id, "kv_transfer_params.transfer_id"));
+  RETURN_IF_ERROR(
+      protocol::validate_id(params.remote_engine_id, "kv_transfer_params.remote_engine_id"));
+  if (params.remote_bootstrap_addr.empty())
+    return invalid_argument("kv_transfer_params.remote_bootstrap_addr is empty");
+  if (num_local_tokens < 0 || num_local_tokens % block_size != 0) {
+    return invalid_argument("num_local_tokens " + std::to_string(num_local_tokens) +
+                            " is not a multiple of the block size " + std::to_string(block_size));
+  }
+  if (num_prompt > protocol::kMaxPromptTokens)
+    return invalid_argument("prompt of " + std::to_string(num_prompt) + " tokens is too long");
+  if (first >= n)
+    return Status::ok();  // nothing to fetch: the rest concerns fetches only
+  if (block_ids.size() < n) {
+    return invalid_argument("block table has " + std::to_string(block_ids.size()) +
+                            " blocks, the prompt needs " + std::to_string(n));
+  }
+  if (!o.resolve)
+    return failed_precondition("this engine's KV connector has no bootstrap resolver");
+  if (n - first > protocol::kMaxBlocksPerAsk) {
+    return invalid_argument("prompt needs more than " + std::to_string(protocol::kMaxBlocksPerAsk) +
+                            " blocks");
+  }
+  for (uint32_t i = first; i < n; ++i) {
+    if (block_ids[i] < 0 || block_ids[i] >= o.memory.num_blocks) {
+      return invalid_argument("block id " + std::to_string(block_ids[i]) +
+                              " is outside this engine's " + std::to_string(o.memory.num_blocks) +
+                              " blocks");
+    }
+  }
+  return Status::ok();
+}
+
 void DecodeSide::start(const std::string& request_id, const engine::KvTransferParams& params,
                        std::span<const int32_t> prompt_token_ids,
                        std::span<const int32_t> block_ids, int num_local_tokens) {
   const DisaggOptions& o = *ctx_->options;
-  const int block_size = ctx_->block_size();
   auto num_prompt = static_cast<uint32_t>(prompt_token_ids.size());
-  uint32_t n = protocol::num_blocks_to_send(num_prompt, block_size);
-  Status invalid;
-  if (!(invalid = protocol::validate_id(params.transfer_id, "kv_transfer_params.transfer_id"))
-           .is_ok() ||
-      !(invalid =
-            protocol::validate_id(params.remote_engine_id, "kv_transfer_params.remote_engine_id"))
-           .is_ok()) {
-  } else if (params.remote_bootstrap_addr.empty()) {
-    invalid = invalid_argument("kv_transfer_params.remote_bootstrap_addr is empty");
-  } else if (num_local_tokens < 0 || num_local_tokens % block_size != 0) {
-    invalid =
-        invalid_argument("num_local_tokens " + std::to_string(num_local_tokens) +
-                         " is not a multiple of the block size " + std::to_string(block_size));
-  } else if (num_prompt > protocol::kMaxPromptTokens) {
-    invalid = invalid_argument("prompt of " + std::to_string(num_prompt) + " tokens is too long");
-  }
-  auto first = static_cast<uint32_t>(num_local_tokens / block_size);
-  bool is_needed = invalid.is_ok() && first < n;
-  if (invalid.is_ok() && is_needed) {
-    if (block_ids.size() < n) {
-      invalid = invalid_argument("block table has " + std::to_string(block_ids.size()) +
-                                 " blocks, the prompt needs " + std::to_string(n));
-    } else if (!o.resolve) {
-      invalid = failed_precondition("this engine's KV connector has no bootstrap resolver");
-    } else if (n - first > protocol::kMaxBlocksPerAsk) {
-      invalid = invalid_argument("prompt needs more than " +
-                                 std::to_string(protocol::kMaxBlocksPerAsk) + " blocks");
-    } else {
-      for (uint32_t i = first; i < n; ++i) {
-        if (block_ids[i] < 0 || block_ids[i] >= o.memory.num_blocks) {
-          invalid = invalid_argument("block id " + std::to_string(block_ids[i]) +
-                                     " is outside this engine's " +
-                                     std::to_string(o.memory.num_blocks) + " blocks");
-          break;
-        }
-      }
-    }
-  }
+  uint32_t n = protocol::num_blocks_to_send(num_prompt, o.compat.block_size);
+  auto first = static_cast<uint32_t>(std::max(0, num_local_tokens) / o.compat.block_size);
+  // The engine waits for an event only when something is to be fetched (kv_connector.h).
+  bool is_needed = first < n;
+  Status invalid = validate_fetch(o, params, block_ids, num_local_tokens, num_prompt, first, n);
 
   Outbox out(ctx_->events);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!is_needed && invalid.is_ok()) {
+  if (!is_needed) {
     // The local prefix covers the prompt: tell the prefill engine (best effort) and report
     // nothing, as the engine does not wait for this request.
+    if (!invalid.is_ok()) {
+      CRESCENT_LOG(kWarn) << "kv connector: NOT_NEEDED for request " << request_id
+                          << " not sent: " << invalid.message();
+      return;
+    }
     ctx_->metrics->count_result(TransferRole::kDecode, TransferResult::kNotNeeded);
     if (!is_stopping_) {
       std::string url = params.remote_bootstrap_addr;

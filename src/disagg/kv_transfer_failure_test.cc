@@ -344,6 +344,10 @@ TEST_F(ConnectorFailureTest, BadRequestInputsFailAtOnce) {
     EXPECT_EQ(ev->status.code(), StatusCode::kInvalidArgument) << ev->status.to_string();
     EXPECT_TRUE(contains(ev->status.message(), expected[i])) << ev->status.message();
   }
+  // Nothing to fetch: the engine does not wait, so even bad params give no event.
+  decode_->conn().start_remote_prefill("d5", testing::decode_params("", "prefill-0"),
+                                       testing::make_prompt(33), std::vector<int32_t>{1, 2, 3}, 32);
+  EXPECT_TRUE(decode_->no_event_within("d5", 200ms));
   EXPECT_FALSE(hold("p1", ""));
   EXPECT_EQ(decode_->conn().num_pending(), 0);
 }
