@@ -184,6 +184,13 @@ void KvTransferConnector::cancel(const std::string& request_id) {
     (void)impl_->prefill_->cancel(request_id);
 }
 
+void KvTransferConnector::fail_remote_decode(const std::string& request_id,
+                                             const engine::KvTransferParams& params,
+                                             const Status& why) {
+  (void)request_id;
+  impl_->prefill_->fail(params.transfer_id, why);
+}
+
 std::vector<engine::KvConnectorEvent> KvTransferConnector::take_events() {
   return impl_->events_.take();
 }

@@ -94,6 +94,13 @@ class KvTransferConnector final : public engine::KvConnector {
   int num_pending() const override;
   void set_wakeup(std::function<void()> fn) override;
 
+  // Prefill side: the engine's request carrying params.transfer_id failed or was aborted before
+  // hold_for_remote_decode(). The decode engine's ASK (waiting, or arriving later) is answered
+  // with `why` at once instead of at the deadline. (engine::KvConnector's cancel(request_id)
+  // cannot do this: before hold the connector does not know the request's transfer_id.)
+  void fail_remote_decode(const std::string& request_id, const engine::KvTransferParams& params,
+                          const Status& why);
+
   // "tcp://127.0.0.1:PORT" of the control listener (what the caller registers with the
   // bootstrap server); empty when accept_asks is false.
   std::string worker_addr() const;

@@ -132,6 +132,35 @@ TEST_F(ConnectorFailureTest, DecodeTimeoutCancelsAndReportsAfterTheAck) {
   EXPECT_TRUE(decode_untouched());
 }
 
+TEST_F(ConnectorFailureTest, FailedPrefillRequestAnswersTheAskAtOnce) {
+  SideOptions p;
+  p.transfer_timeout = 5000ms;
+  start(p);
+  // ASK first, then the prefill request fails.
+  ask("d1", "T1");
+  ASSERT_TRUE(prefill_in_flight(1));
+  auto t0 = std::chrono::steady_clock::now();
+  prefill_->conn().fail_remote_decode("p1", testing::prefill_params("T1"),
+                                      cancelled("request p1 aborted"));
+  auto ev = decode_->wait_event("d1", 5s);
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_EQ(ev->status.code(), StatusCode::kCancelled);
+  EXPECT_TRUE(contains(ev->status.message(),
+                       "prefill engine prefill-0: prefill request for transfer_id T1 failed: "
+                       "request p1 aborted"))
+      << ev->status.message();
+  // The failure first, then the ASK.
+  prefill_->conn().fail_remote_decode("p2", testing::prefill_params("T2"),
+                                      internal_error("out of blocks"));
+  ask("d2", "T2");
+  ev = decode_->wait_event("d2", 1s);
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_TRUE(contains(ev->status.message(), "T2 failed: out of blocks")) << ev->status.message();
+  EXPECT_EQ(prefill_->conn().metrics().prefill.num_in_flight, 0);
+  EXPECT_TRUE(decode_untouched());
+}
+
 TEST_F(ConnectorFailureTest, DecodeNeverAsksReleasesWithinTheDeadline) {
   SideOptions p;
   p.transfer_timeout = 1000ms;

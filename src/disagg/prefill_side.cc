@@ -314,6 +314,10 @@ void PrefillSide::handle_ask(const std::shared_ptr<DecodePeer>& peer, const std:
           failed_precondition("transfer_id " + transfer_id + " was already declared not needed"), 0,
           0);
       return;
+    case Phase::kFailed:
+      send_done_locked(peer->channel->id(), transfer_id, t.failure, 0, 0);
+      transfers_.erase(it);
+      return;
     case Phase::kAsked:
     case Phase::kWriting:
       send_done_locked(peer->channel->id(), transfer_id,
@@ -355,7 +359,7 @@ bool PrefillSide::start_write_locked(Outbox& out, OutgoingMap::iterator it) {
 
 void PrefillSide::finish_locked(Outbox& out, OutgoingMap::iterator it, TransferResult result) {
   Outgoing& t = it->second;
-  if (t.phase != Phase::kNotNeeded) {
+  if (t.phase != Phase::kNotNeeded && t.phase != Phase::kFailed) {
     ctx_->metrics->add_in_flight(TransferRole::kPrefill, -1);
     ctx_->metrics->count_result(TransferRole::kPrefill, result);
   }
@@ -485,6 +489,8 @@ void PrefillSide::handle_not_needed(const std::shared_ptr<DecodePeer>& peer,
   }
   if (it->second.phase == Phase::kHeld)
     finish_locked(out, it, TransferResult::kNotNeeded);
+  else if (it->second.phase == Phase::kFailed)
+    transfers_.erase(it);
   // ASKed or writing: the decode engine uses CANCEL for those; NOT_NEEDED changes nothing.
 }
 
@@ -536,17 +542,8 @@ bool PrefillSide::hold(const std::string& request_id, const engine::KvTransferPa
     t.block_ids.assign(block_ids.begin(), block_ids.end());
   };
   auto it = transfers_.find(transfer_id);
-  if (it == transfers_.end()) {
-    Outgoing t;
-    t.phase = Phase::kHeld;
-    t.deadline = Deadline::after(ctx_->options->transfer_timeout);
-    t.start = Clock::now();
-    fill(t);
-    transfers_.emplace(transfer_id, std::move(t));
-    transfer_of_request_[request_id] = transfer_id;
-    ctx_->metrics->add_in_flight(TransferRole::kPrefill, 1);
-    return true;
-  }
+  if (it == transfers_.end())
+    return hold_locked(request_id, transfer_id, prompt_token_ids, block_ids);
   switch (it->second.phase) {
     case Phase::kAsked:
       fill(it->second);
@@ -558,6 +555,10 @@ bool PrefillSide::hold(const std::string& request_id, const engine::KvTransferPa
     case Phase::kNotNeeded:
       transfers_.erase(it);
       return false;
+    case Phase::kFailed:
+      // Another request of this transfer_id failed; this one stands alone.
+      transfers_.erase(it);
+      return hold_locked(request_id, transfer_id, prompt_token_ids, block_ids);
     case Phase::kHeld:
     case Phase::kWriting:
       CRESCENT_LOG(kWarn) << "kv connector: duplicate transfer_id " << transfer_id << ": request "
@@ -566,6 +567,51 @@ bool PrefillSide::hold(const std::string& request_id, const engine::KvTransferPa
       return false;
   }
   return false;
+}
+
+bool PrefillSide::hold_locked(const std::string& request_id, const std::string& transfer_id,
+                              std::span<const int32_t> prompt_token_ids,
+                              std::span<const int32_t> block_ids) {
+  Outgoing t;
+  t.phase = Phase::kHeld;
+  t.deadline = Deadline::after(ctx_->options->transfer_timeout);
+  t.start = Clock::now();
+  t.request_id = request_id;
+  t.num_prompt_tokens = static_cast<uint32_t>(prompt_token_ids.size());
+  t.prompt_hash = protocol::hash_prompt(prompt_token_ids);
+  t.block_ids.assign(block_ids.begin(), block_ids.end());
+  transfers_.emplace(transfer_id, std::move(t));
+  transfer_of_request_[request_id] = transfer_id;
+  ctx_->metrics->add_in_flight(TransferRole::kPrefill, 1);
+  return true;
+}
+
+void PrefillSide::fail(const std::string& transfer_id, const Status& why) {
+  if (!protocol::validate_id(transfer_id, "transfer_id").is_ok())
+    return;
+  Status failure = Status(why.is_ok() ? StatusCode::kInternal : why.code(),
+                          "prefill request for transfer_id " + transfer_id +
+                              " failed: " + (why.is_ok() ? "unknown reason" : why.message()));
+  Outbox out(ctx_->events);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(transfer_id);
+  if (it == transfers_.end()) {
+    ctx_->metrics->count_result(TransferRole::kPrefill, TransferResult::kError);
+    Outgoing t;
+    t.phase = Phase::kFailed;
+    t.deadline = Deadline::after(ctx_->options->transfer_timeout);
+    t.start = Clock::now();
+    t.failure = std::move(failure);
+    transfers_.emplace(transfer_id, std::move(t));
+    return;
+  }
+  if (it->second.phase == Phase::kAsked) {
+    send_done_locked(it->second.channel_id, transfer_id, failure, 0, 0);
+    finish_locked(out, it, TransferResult::kError);
+  } else if (it->second.phase == Phase::kNotNeeded) {
+    transfers_.erase(it);
+  }
+  // Held or writing: that belongs to another request of the same transfer_id.
 }
 
 bool PrefillSide::cancel(const std::string& request_id) {
@@ -607,6 +653,7 @@ void PrefillSide::tick() {
             finish_locked(out, it, TransferResult::kExpired);
             break;
           case Phase::kNotNeeded:
+          case Phase::kFailed:
             transfers_.erase(it);
             break;
           case Phase::kWriting:

@@ -37,6 +37,9 @@ class PrefillSide {
             std::span<const int32_t> prompt_token_ids, std::span<const int32_t> block_ids);
   // True when request_id was one of this side's held requests.
   bool cancel(const std::string& request_id);
+  // The engine's request carrying transfer_id failed before hold(): a waiting or later ASK is
+  // answered with DONE `why` at once instead of at the deadline.
+  void fail(const std::string& transfer_id, const Status& why);
   // Housekeeping: deadlines of placeholders, held blocks and tombstones; joins dead channels.
   void tick();
   int num_pending() const;
@@ -68,6 +71,7 @@ class PrefillSide {
     kHeld,       // the engine holds the blocks, no ASK yet
     kWriting,    // both: a write job owns it
     kNotNeeded,  // NOT_NEEDED arrived first (tombstone): hold() will return false
+    kFailed,     // the engine's request failed before hold (tombstone): an ASK gets `failure`
   };
   struct Outgoing {
     Phase phase = Phase::kAsked;
@@ -82,6 +86,7 @@ class PrefillSide {
     uint64_t channel_id = 0;
     protocol::Ask ask;
     bool is_cancel_requested = false;  // CANCEL during the write: ack after it
+    Status failure;                    // kFailed
   };
   using OutgoingMap = std::map<std::string, Outgoing>;
 
@@ -100,6 +105,9 @@ class PrefillSide {
   // Under mu_: both halves are present; verify the prompt, then queue the write. False when
   // the prompt differs (the entry is erased and the asker told).
   bool start_write_locked(Outbox& out, OutgoingMap::iterator it);
+  // Under mu_: a new HELD entry. Returns true.
+  bool hold_locked(const std::string& request_id, const std::string& transfer_id,
+                   std::span<const int32_t> prompt_token_ids, std::span<const int32_t> block_ids);
   void run_write(const std::string& transfer_id);
   Status write_blocks(DecodePeer& peer, const std::string& transfer_id, const Outgoing& t,
                       uint64_t* num_bytes);
