@@ -25,7 +25,6 @@ namespace crescent::proxy {
 // Everything one relay needs, decided by the caller (ProxyServer).
 struct RelayPlan {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
-  std::string path;  // "/v1/completions" or "/v1/chat/completions"
   std::string request_id;
   int64_t arrival_ns = 0;
   Deadline deadline = Deadline::never();

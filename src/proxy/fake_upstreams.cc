@@ -103,7 +103,21 @@ void FakeServer::spawn(std::function<void()> fn) {
 }
 
 void FakeServer::stop() {
-  server_->stop();
+  // Destroyed, not only stopped: Server::stop() can return with a connection or the listening
+  // socket still open (its closes race the io_context's stop); destruction closes them all.
+  std::unique_ptr<net::http::Server> server;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    server.swap(server_);
+  }
+  if (server) {
+    server->stop();
+  }
+}
+
+int FakeServer::num_open_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return server_ ? server_->num_open_connections() : 0;
 }
 
 RawServer::RawServer(Script script) : script_(std::move(script)) {

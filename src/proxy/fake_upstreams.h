@@ -61,11 +61,12 @@ class FakeServer {
   // Runs fn on a thread joined when the FakeServer is destroyed (a handler that streams).
   void spawn(std::function<void()> fn);
   // Closes the listening socket and every connection (a server that dies).
+  // Must not be called from one of its handlers.
   void stop();
-  int num_open_connections() const { return server_->num_open_connections(); }
+  int num_open_connections() const;  // 0 once stopped
 
  private:
-  std::unique_ptr<net::http::Server> server_;
+  std::unique_ptr<net::http::Server> server_;  // guarded by mu_; null once stopped
   int port_ = 0;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

@@ -18,9 +18,8 @@ namespace crescent::proxy {
 enum class ApiEndpoint { kCompletions, kChatCompletions, kModels, kCount };
 
 enum class Outcome {
-  kOk,                  // the upstream's answer reached the client (any status D chose is
-                        // counted under decode_error instead when it is an error)
-  kBadRequest,          // refused by the proxy itself (bad body, bad X-Request-Id)
+  kOk,                  // the upstream's successful answer reached the client
+  kBadRequest,          // refused by the proxy itself (bad body, bad or busy X-Request-Id)
   kNotReady,            // 503 while prefills are not ready
   kPrefillError,        // the prefill failed before the decode server produced anything
   kDecodeError,         // the decode server failed or answered an error

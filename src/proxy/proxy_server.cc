@@ -232,7 +232,6 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
 
   RelayPlan plan;
   plan.endpoint = endpoint;
-  plan.path = request.path;
   plan.request_id = *request_id;
   plan.arrival_ns = arrival_ns;
   plan.deadline = deadline_after_s(options_.request_timeout_s);

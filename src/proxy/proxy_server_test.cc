@@ -623,15 +623,32 @@ TEST_F(ProxyTest, ModelsMetricsAndBadInput) {
 
 TEST_F(ProxyTest, RefusesAnXRequestIdAlreadyInFlight) {
   start({1}, 1);
-  auto decode_closed = std::make_shared<Gate>();
-  decodes_[0]->set_handler(hold_forever(decode_closed));
-  std::thread first([&] { stream("/v1/completions", stream_body(), {{"X-Request-Id", "same"}}); });
+  auto release = std::make_shared<Gate>();
+  decodes_[0]->set_handler(
+      [this, release](const net::http::Request&, std::shared_ptr<net::http::ResponseWriter> w) {
+        decodes_[0]->spawn([release, w] {
+          release->wait(kWaitMs);
+          w->send(200, "application/json", R"({"choices":[]})");
+        });
+      });
+  StreamResult first_result;
+  std::thread first([&] {
+    first_result = stream("/v1/completions", stream_body(), {{"X-Request-Id", "same"}});
+  });
   ASSERT_TRUE(decodes_[0]->wait_for_requests("/v1/completions", 1, kWaitMs));
   auto r = post("/v1/completions", stream_body(), {{"X-Request-Id", "same"}});
+  release->open();
+  first.join();
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->status, 409) << r->body;
-  decodes_[0]->stop();  // ends the first request
-  first.join();
+  EXPECT_EQ(first_result.http_status, 200);
+  // Once both calls of the first request have ended, its id is free again.
+  auto deadline = Deadline::after_ms(kWaitMs);
+  do {
+    r = post("/v1/completions", R"({"prompt":"a"})", {{"X-Request-Id", "same"}});
+  } while (r.is_ok() && r->status == 409 && !deadline.is_expired());
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 TEST_F(ProxyTest, TwoHundredConcurrentStreams) {
@@ -660,6 +677,36 @@ TEST_F(ProxyTest, TwoHundredConcurrentStreams) {
   }
   EXPECT_EQ(num_ok, kClients);
   EXPECT_EQ(proxy_->num_in_flight(), 0);
+}
+
+}  // namespace
+}  // namespace crescent::proxy
+
+namespace crescent::proxy {
+namespace {
+
+TEST_F(ProxyTest, DefaultAuthorizationWhenTheClientSendsNone) {
+  start({1}, 1, true, [](ProxyOptions& o) { o.default_authorization = "Bearer from-env"; });
+  auto r = post("/v1/completions", R"({"prompt":"a"})");
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests("/v1/completions", 1, kWaitMs));
+  EXPECT_EQ(prefills_[0]->server.requests_to("/v1/completions")[0].header("authorization"),
+            "Bearer from-env");
+  EXPECT_EQ(decodes_[0]->requests_to("/v1/completions")[0].header("authorization"),
+            "Bearer from-env");
+}
+
+TEST(ProxyServerStartTest, TakenPortIsAnErrorNotACrash) {
+  FakeServer taken([](const net::http::Request&, auto w) { w->send(200, "text/plain", ""); });
+  ProxyOptions options;
+  options.port = taken.port();
+  options.prefills.push_back({*parse_upstream_url("http://127.0.0.1:1"), 2});
+  options.decodes.push_back(*parse_upstream_url("http://127.0.0.1:3"));
+  auto proxy = ProxyServer::start(options);
+  ASSERT_FALSE(proxy.is_ok());
+  EXPECT_EQ(proxy.status().code(), StatusCode::kUnavailable);
+  options.decodes.clear();
+  EXPECT_EQ(ProxyServer::start(options).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -361,8 +361,9 @@ class CallImpl : public UpstreamCall, public std::enable_shared_from_this<CallIm
     timer_.cancel();
     resolver_.cancel();
     if (conn_) {
+      // Closed, not destroyed: an operation still pending on it completes (aborted) later
+      // and uses its buffer; the connection goes when the call does.
       close_quietly(conn_->socket);
-      conn_.reset();
     }
     // Callbacks usually hold the caller's request state, which holds this call: drop them so
     // neither outlives the other.
