@@ -302,6 +302,17 @@ double metric_sum(const std::map<std::string, double>& metrics, const std::strin
   return sum;
 }
 
+double wait_metric_at_least(int port, const std::string& name,
+                            const std::vector<std::string>& label_filters, double value,
+                            Deadline deadline) {
+  double v = metric_sum(read_metrics(port), name, label_filters);
+  while (v < value && !deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    v = metric_sum(read_metrics(port), name, label_filters);
+  }
+  return v;
+}
+
 double blocks_used(int port) {
   std::string error;
   auto m = read_metrics(port, &error);

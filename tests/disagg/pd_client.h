@@ -77,6 +77,12 @@ std::map<std::string, double> read_metrics(int port, std::string* error = nullpt
 double metric_sum(const std::map<std::string, double>& metrics, const std::string& name,
                   const std::vector<std::string>& label_filters = {});
 
+// Polls until metric_sum(name, label_filters) of the server at port is >= value or the
+// deadline; returns the last value seen.
+double wait_metric_at_least(int port, const std::string& name,
+                            const std::vector<std::string>& label_filters, double value,
+                            Deadline deadline);
+
 // crescent_kv_cache_blocks_used of the server at port (-1 if /metrics fails).
 double blocks_used(int port);
 // Polls until blocks_used(port) == expected or the deadline; returns the last value seen.

@@ -143,6 +143,14 @@ void expect_clear_error(const Reply& r, const std::vector<std::string>& any_of,
   EXPECT_TRUE(found) << what << ": the message names none of " << joined << ": " << r.error_message;
 }
 
+// Waits until P holds at least n transfers (asked for by D, or held for D): then D has surely
+// registered and asked for them.
+void wait_prefill_in_flight(int prefill_port, int n) {
+  double v = wait_metric_at_least(prefill_port, "crescent_kv_transfer_in_flight",
+                                  {"role=\"prefill\""}, n, Deadline::after_ms(end_within_ms()));
+  EXPECT_GE(v, n) << "P never saw the decode engine's asks";
+}
+
 class PdFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -278,7 +286,7 @@ TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
   json d_body = decode_body(body, t, pd_.prefill.bootstrap_url(), pd_.engine_id);
   Reply first;
   std::thread first_thread([&] { first = send(pd_.decode.port, "/v1/completions", d_body); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first is waiting for KV
+  wait_prefill_in_flight(pd_.prefill.port, 1);  // the first has asked P and waits for its KV
   Reply second = send(pd_.decode.port, "/v1/completions", d_body);
   expect_clear_error(second, {"duplicate"}, "second D request with the same transfer_id");
   Reply p = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t));
@@ -405,7 +413,7 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
   while (num_streaming < kNumStreams && !wait_deadline.is_expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the parked ones have asked
+  wait_prefill_in_flight(pd_.prefill.port, kNumParked);  // the parked ones have asked
   auto killed_at = std::chrono::steady_clock::now();
   pd_.prefill.process->kill_now();
 
@@ -495,7 +503,7 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
                                              pd_.prefill.bootstrap_url(), pd_.engine_id));
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    wait_prefill_in_flight(pd_.prefill.port, kNum);
     pd_.decode.process->kill_now();
     parked.join();
     std::vector<Reply> p_replies;
@@ -524,7 +532,7 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
                                              pd_.prefill.bootstrap_url(), pd_.engine_id));
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    wait_prefill_in_flight(pd_.prefill.port, kNum);
     pd_.decode.process->signal(SIGSTOP);
     std::vector<Reply> p_replies;
     for (int i = 0; i < kNum; ++i) {
