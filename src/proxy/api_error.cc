@@ -5,14 +5,16 @@
 namespace crescent::proxy {
 namespace {
 
-nlohmann::json error_json(int http_status, std::string_view message, std::string_view type) {
+// In OpenAI's key order.
+nlohmann::ordered_json error_json(int http_status, std::string_view message,
+                                  std::string_view type) {
   return {
       {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
 }
 
-std::string dump(const nlohmann::json& j) {
+std::string dump(const nlohmann::ordered_json& j) {
   // Upstream text may hold invalid UTF-8; replace it rather than throw.
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace

@@ -108,66 +108,67 @@ void PrefillRegistry::poll_loop(int index) {
   const std::string bootstrap = spec.bootstrap_addr();
   net::http::HttpClient server(spec.server.host, spec.server.port);
   net::http::HttpClient bootstrap_client(spec.server.host, spec.bootstrap_port);
-  bool is_ready = false;
   while (true) {
-    std::string waiting;
-    std::optional<std::vector<std::string>> ids;
-    if (!is_ready) {
-      auto health = server.request("GET", "/health", "", {}, Deadline::after_ms(kCallTimeoutMs));
-      if (!health.is_ok()) {
-        waiting = "prefill " + spec.server.url + " (/health: " + health.status().message() + ")";
-      } else if (health->status != 200) {
-        waiting = "prefill " + spec.server.url + " (/health answers " +
-                  std::to_string(health->status) + ")";
-      }
+    // Why this poll failed ("" if it did not), else the engine ids it read.
+    std::string failure;
+    std::vector<std::string> ids;
+    auto health = server.request("GET", "/health", "", {}, Deadline::after_ms(kCallTimeoutMs));
+    if (!health.is_ok()) {
+      failure = "prefill " + spec.server.url + " (/health: " + health.status().message() + ")";
+    } else if (health->status != 200) {
+      failure = "prefill " + spec.server.url + " (/health answers " +
+                std::to_string(health->status) + ")";
     }
-    if (waiting.empty()) {
+    if (failure.empty()) {
       auto query =
           bootstrap_client.request("GET", "/query", "", {}, Deadline::after_ms(kCallTimeoutMs));
+      std::string where = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url;
       if (!query.is_ok()) {
-        waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url +
-                  " (/query: " + query.status().message() + ")";
+        failure = where + " (/query: " + query.status().message() + ")";
       } else if (query->status != 200) {
-        waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url +
-                  " (/query answers " + std::to_string(query->status) + ": " +
+        failure = where + " (/query answers " + std::to_string(query->status) + ": " +
                   short_text(query->body) + ")";
       } else {
         auto parsed = parse_bootstrap_query(query->body);
         if (!parsed.is_ok()) {
-          waiting = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url + " (" +
-                    parsed.status().message() + ")";
+          failure = where + " (" + parsed.status().message() + ")";
         } else {
           ids = std::move(parsed).value();
         }
       }
     }
+    bool is_ready = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = entries_[static_cast<size_t>(index)];
-      if (ids) {
+      bool changed = false;
+      if (failure.empty()) {
         if (!e.is_ready) {
           CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url << " is ready, dp_size "
-                              << ids->size() << " (bootstrap " << bootstrap << ")";
-        } else if (*ids != e.engine_ids) {
+                              << ids.size() << " (bootstrap " << bootstrap << ")";
+        } else if (ids != e.engine_ids) {
           CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url
-                              << " has new engine ids, dp_size " << ids->size();
+                              << " has new engine ids, dp_size " << ids.size();
+        } else if (!e.is_up) {
+          CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url << " is up again";
         }
-        if (!e.is_ready || *ids != e.engine_ids) {
-          e.is_ready = true;
-          e.engine_ids = std::move(*ids);
-          e.waiting_for.clear();
-          rebuild_table_locked();
-        }
-      } else if (!e.is_ready) {
-        if (e.waiting_for != waiting) {
-          CRESCENT_LOG(kInfo) << "proxy: waiting for " << waiting;
-        }
-        e.waiting_for = waiting;
+        changed = !e.is_ready || !e.is_up || ids != e.engine_ids;
+        e.is_ready = true;
+        e.is_up = true;
+        e.engine_ids = std::move(ids);
+        e.waiting_for.clear();
       } else {
-        // A ready prefill whose refresh failed stays ready with what it had: requests surface
-        // real failures, and a transient bootstrap hiccup must not take the proxy down.
-        CRESCENT_LOG(kDebug) << "proxy: refreshing prefill " << spec.server.url
-                             << " failed: " << waiting;
+        if (e.waiting_for != failure && e.is_ready) {
+          CRESCENT_LOG(kWarn) << "proxy: prefill is down: " << failure;
+        } else if (e.waiting_for != failure) {
+          CRESCENT_LOG(kInfo) << "proxy: waiting for " << failure;
+        }
+        changed = e.is_up;
+        e.is_up = false;
+        e.waiting_for = failure;
+      }
+      if (changed) {
+        rebuild_table_locked();
       }
       is_ready = e.is_ready;
     }
@@ -179,14 +180,20 @@ void PrefillRegistry::poll_loop(int index) {
 
 void PrefillRegistry::rebuild_table_locked() {
   table_.clear();
+  is_ready_ = true;
+  bool any_up = false;
   for (const auto& e : entries_) {
-    if (!e.is_ready) {
-      table_.clear();
-      return;
-    }
+    is_ready_ = is_ready_ && e.is_ready;
+    any_up = any_up || e.is_up;
+  }
+  if (!is_ready_) {
+    return;
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
+    if (any_up && !e.is_up) {
+      continue;
+    }
     for (size_t rank = 0; rank < e.engine_ids.size(); ++rank) {
       PrefillPick pick;
       pick.prefill_index = static_cast<int>(i);
@@ -200,7 +207,7 @@ void PrefillRegistry::rebuild_table_locked() {
 
 bool PrefillRegistry::is_ready() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !table_.empty();
+  return is_ready_;
 }
 
 std::string PrefillRegistry::waiting_for() const {
@@ -228,6 +235,7 @@ std::vector<PrefillStatus> PrefillRegistry::statuses() const {
     PrefillStatus s;
     s.url = e.spec.server.url;
     s.is_ready = e.is_ready;
+    s.is_up = e.is_up;
     s.dp_size = e.is_ready ? static_cast<int>(e.engine_ids.size()) : 0;
     s.waiting_for = e.waiting_for;
     out.push_back(std::move(s));

@@ -3,8 +3,12 @@
 //
 // One background thread per prefill polls its /health, then its bootstrap server's /query
 // (every poll interval) until both answer, learning dp_size and the engine id of each dp
-// rank. Once ready it re-reads /query every refresh interval, so that a prefill that restarts
-// with new engine ids is followed. The proxy is ready when every prefill is.
+// rank. The proxy is ready when every prefill has been ready once.
+//
+// A ready prefill is polled the same way every refresh interval: new engine ids (a restart)
+// are followed, and a prefill whose poll fails is "down": the round-robin skips it while
+// another prefill is up (if all are down, it uses them all, so that requests fail with an
+// error naming the prefill rather than a 503).
 //
 // Thread-safe.
 
@@ -30,9 +34,10 @@ Result<std::vector<std::string>> parse_bootstrap_query(std::string_view body);
 
 struct PrefillStatus {
   std::string url;
-  bool is_ready = false;
+  bool is_ready = false;    // has answered once
+  bool is_up = false;       // its last poll answered
   int dp_size = 0;          // 0 until ready
-  std::string waiting_for;  // why it is not ready ("" when ready)
+  std::string waiting_for;  // why it is not ready or up ("" when up)
 };
 
 // A chosen prefill: its index in the options and where a decode server gets its KV from.
@@ -58,8 +63,8 @@ class PrefillRegistry {
   bool is_ready() const;
   // "" when ready; else what is awaited, naming the first prefill that is not ready.
   std::string waiting_for() const;
-  // The next (prefill, dp rank) pair, round-robin over all of them in order; nullopt while
-  // not every prefill is ready.
+  // The next (prefill, dp rank) pair, round-robin in order over the prefills that are up;
+  // nullopt while not every prefill is ready.
   std::optional<PrefillPick> next();
   std::vector<PrefillStatus> statuses() const;
 
@@ -67,6 +72,7 @@ class PrefillRegistry {
   struct Entry {
     PrefillSpec spec;
     bool is_ready = false;
+    bool is_up = false;
     std::vector<std::string> engine_ids;  // by dp rank
     std::string waiting_for;
   };
@@ -81,6 +87,7 @@ class PrefillRegistry {
   std::condition_variable cv_;
   std::vector<Entry> entries_;      // guarded by mu_
   std::vector<PrefillPick> table_;  // guarded by mu_; empty unless all are ready
+  bool is_ready_ = false;           // guarded by mu_; every prefill has been ready
   uint64_t next_pick_ = 0;          // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   std::vector<std::thread> threads_;

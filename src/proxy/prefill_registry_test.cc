@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -110,6 +111,43 @@ TEST(PrefillRegistryTest, FollowsNewEngineIdsAndKeepsReadyThroughAFailedRefresh)
   ASSERT_EQ(registry.statuses()[0].dp_size, 2);
   EXPECT_EQ(registry.next()->source.engine_id, "new0");
   EXPECT_EQ(registry.next()->source.engine_id, "new1");
+}
+
+TEST(PrefillRegistryTest, RoutesAroundAPrefillThatIsDown) {
+  auto p0_up = std::make_shared<std::atomic<bool>>(true);
+  FakeServer p0([p0_up](const net::http::Request&, auto writer) {
+    writer->send(p0_up->load() ? 200 : 503, "application/json", "{}");
+  });
+  FakeServer b0(testing::bootstrap_handler({"a0"}));
+  FakeServer p1(testing::prefill_handler());
+  FakeServer b1(testing::bootstrap_handler({"b0"}));
+  PrefillRegistry registry({spec_for(p0, b0), spec_for(p1, b1)}, 10, 10);
+  registry.start();
+  ASSERT_TRUE(wait_ready(registry, true));
+  auto picks_of = [&](int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(registry.next()->source.engine_id);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  auto wait_up = [&](size_t index, bool want) {
+    auto deadline = Deadline::after_ms(10'000);
+    while (registry.statuses()[index].is_up != want && !deadline.is_expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return registry.statuses()[index].is_up == want;
+  };
+  EXPECT_EQ(picks_of(2), (std::vector<std::string>{"a0", "b0"}));
+  p0_up->store(false);
+  ASSERT_TRUE(wait_up(0, false));
+  EXPECT_TRUE(registry.is_ready());
+  EXPECT_EQ(picks_of(3), (std::vector<std::string>{"b0", "b0", "b0"}));
+  EXPECT_NE(registry.statuses()[0].waiting_for.find("503"), std::string::npos);
+  p0_up->store(true);
+  ASSERT_TRUE(wait_up(0, true));
+  EXPECT_EQ(picks_of(2), (std::vector<std::string>{"a0", "b0"}));
 }
 
 TEST(PrefillRegistryTest, StopsPromptlyWhileWaiting) {

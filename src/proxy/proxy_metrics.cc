@@ -73,10 +73,11 @@ std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) con
                 "From a completion request's arrival to its prefill server's answer.");
   prefill_.render("crescent_proxy_prefill_seconds", &out);
   append_header(&out, "crescent_proxy_prefill_ready", "gauge",
-                "1 when the prefill server and its bootstrap server answer, else 0.");
+                "1 when the prefill server and its bootstrap server answered the last poll, "
+                "else 0.");
   for (const auto& p : prefills) {
     append_sample(&out, "crescent_proxy_prefill_ready{prefill=\"" + p.url + "\"}",
-                  p.is_ready ? 1 : 0);
+                  p.is_ready && p.is_up ? 1 : 0);
   }
   append_header(&out, "crescent_proxy_prefill_dp_size", "gauge",
                 "Data-parallel ranks of each ready prefill server (0 until ready).");

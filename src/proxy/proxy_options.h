@@ -52,9 +52,10 @@ struct ProxyOptions {
   // ("Bearer $OPENAI_API_KEY" like the reference proxy); "" sends nothing.
   std::string default_authorization;
   // How often the readiness poller retries a prefill that is not ready, and how often it
-  // re-reads /query of a ready one (engine ids change when a prefill restarts).
+  // polls a ready one (to route around a prefill that is down, and to follow new engine ids
+  // after a restart).
   int64_t poll_interval_ms = 500;
-  int64_t refresh_interval_ms = 10'000;
+  int64_t refresh_interval_ms = 2000;
   // Bounds of what the proxy keeps in memory per request.
   uint64_t max_body_bytes = 32ull << 20;
   uint64_t max_buffered_response_bytes = 64ull << 20;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/api_error.h"
+
 namespace crescent::proxy {
 namespace {
 
@@ -77,6 +79,21 @@ TEST(RequestRewriteTest, Headers) {
                                    {"X-data-parallel-rank", "3"}}));
   auto d = decode_headers("r1", "");
   EXPECT_EQ(d, (net::http::Headers{{"Content-Type", "application/json"}, {"X-Request-Id", "r1"}}));
+}
+
+TEST(ApiErrorTest, OpenAiShapesInOpenAiKeyOrder) {
+  EXPECT_EQ(error_body(502, "prefill \"p\" failed", error_type_for(502)),
+            R"({"error":{"message":"prefill \"p\" failed","type":"upstream_error","param":null,)"
+            R"("code":502}})");
+  EXPECT_EQ(sse_error_events(504, "late"),
+            "data: {\"error\":{\"message\":\"late\",\"type\":\"timeout\",\"param\":null,"
+            "\"code\":504}}\n\ndata: [DONE]\n\n");
+  EXPECT_TRUE(is_openai_error(R"({"error":{"message":"x"}})"));
+  EXPECT_FALSE(is_openai_error(R"({"error":"x"})"));
+  EXPECT_FALSE(is_openai_error("oops"));
+  EXPECT_EQ(error_type_for(400), "invalid_request_error");
+  EXPECT_EQ(error_type_for(404), "not_found_error");
+  EXPECT_EQ(error_type_for(503), "service_unavailable");
 }
 
 }  // namespace
