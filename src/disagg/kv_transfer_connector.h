@@ -99,7 +99,7 @@ class KvTransferConnector final : public engine::KvConnector {
   // with `why` at once instead of at the deadline. (engine::KvConnector's cancel(request_id)
   // cannot do this: before hold the connector does not know the request's transfer_id.)
   void fail_remote_decode(const std::string& request_id, const engine::KvTransferParams& params,
-                          const Status& why);
+                          const Status& why) override;
 
   // "tcp://127.0.0.1:PORT" of the control listener (what the caller registers with the
   // bootstrap server); empty when accept_asks is false.

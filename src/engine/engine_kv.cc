@@ -118,7 +118,11 @@ void Engine::finish_remote(Request& r, FinishReason reason) {
     return;  // decode side, KV arrived (or was all local): nothing pending at the connector
   }
   if (reason != FinishReason::kStop && reason != FinishReason::kLength) {
-    kv_connector_->cancel(id);
+    kv_connector_->fail_remote_decode(
+        id, r.kv_transfer_params,
+        cancelled("the prefill request " + id + " ended with " + finish_reason_name(reason) +
+                  (r.pending.error_message.empty() ? "" : ": " + r.pending.error_message) +
+                  " before its KV was ready"));
     return;
   }
   // Register every full computed block first, so the prompt stays in the prefix cache after

@@ -474,7 +474,7 @@ TEST(EngineKvTest, StopTokenFinishAlsoHolds) {
   EXPECT_EQ(p.engine.stats().num_blocks_held_for_remote, 2);
 }
 
-TEST(EngineKvTest, AbortOrFailureBeforeTheFinishCancels) {
+TEST(EngineKvTest, AbortOrFailureBeforeTheFinishFailsTheRemoteDecode) {
   // Chunks of 4 tokens: a 12-token prompt is still prefilling when aborted.
   PrefillSide p(64, 4);
   ASSERT_TRUE(p.engine.add_request(remote_decode(make_request("a", prompt_of(12, 16), 1))).is_ok());
@@ -486,9 +486,11 @@ TEST(EngineKvTest, AbortOrFailureBeforeTheFinishCancels) {
   step(p.engine, got);
   EXPECT_EQ(got["a"].reason, FinishReason::kAbort);
   EXPECT_EQ(got["q"].reason, FinishReason::kAbort);
-  std::vector<std::string> cancels = p.connector.cancels();
-  std::ranges::sort(cancels);
-  EXPECT_EQ(cancels, (std::vector<std::string>{"a", "q"}));
+  std::vector<std::string> failed = p.connector.failed_decodes();
+  std::ranges::sort(failed);
+  EXPECT_EQ(failed, (std::vector<std::string>{"a", "q"}));
+  EXPECT_NE(p.connector.last_fail_message().find("ended with abort"), std::string::npos)
+      << p.connector.last_fail_message();
   EXPECT_TRUE(p.connector.holds().empty());
   EXPECT_EQ(p.engine.stats().num_blocks_used, 0);
 
@@ -497,7 +499,9 @@ TEST(EngineKvTest, AbortOrFailureBeforeTheFinishCancels) {
   p.runner.fail_on_call(p.runner.num_calls());
   step(p.engine, got);
   EXPECT_EQ(got["f"].reason, FinishReason::kError);
-  EXPECT_EQ(p.connector.cancels().back(), "f");
+  EXPECT_EQ(p.connector.failed_decodes().back(), "f");
+  EXPECT_NE(p.connector.last_fail_message().find("ended with error"), std::string::npos)
+      << p.connector.last_fail_message();
   EXPECT_TRUE(p.connector.holds().empty());
   EXPECT_FALSE(p.engine.has_unfinished_requests());
 }

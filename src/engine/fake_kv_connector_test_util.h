@@ -69,6 +69,13 @@ class FakeKvConnector : public KvConnector {
     return hold_result_;
   }
 
+  void fail_remote_decode(const std::string& request_id, const KvTransferParams& params,
+                          const Status& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_decodes_.push_back(request_id);
+    last_fail_message_ = why.message();
+  }
+
   void cancel(const std::string& request_id) override {
     bool report = false;
     {
@@ -161,6 +168,14 @@ class FakeKvConnector : public KvConnector {
     std::lock_guard<std::mutex> lock(mu_);
     return cancels_;
   }
+  std::vector<std::string> failed_decodes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_decodes_;
+  }
+  std::string last_fail_message() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_fail_message_;
+  }
   int num_take_events_calls() const { return num_take_events_calls_.load(); }
   std::function<void()> wakeup() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -183,6 +198,8 @@ class FakeKvConnector : public KvConnector {
   std::vector<Hold> holds_;
   std::map<std::string, Hold> pending_holds_;
   std::vector<std::string> cancels_;
+  std::vector<std::string> failed_decodes_;
+  std::string last_fail_message_;
   std::vector<KvConnectorEvent> events_;
   std::function<void()> wakeup_;
   std::atomic<int> num_take_events_calls_{0};

@@ -33,8 +33,8 @@
 //      that returns true the engine keeps the blocks referenced (they no longer count as a
 //      running request) until a kBlocksReleased event for that request id, then frees them
 //      (full blocks stay in the prefix cache).
-//   2. When the request fails or is aborted before that, the engine calls cancel() so the
-//      connector can answer the peer's ask with an error.
+//   2. When the request fails or is aborted before that, the engine calls
+//      fail_remote_decode() so the connector can answer the peer's ask with an error at once.
 //
 // Thread-safety: every method except set_wakeup() and the event queue is called on the
 // engine's thread only; implementations must not block in them. take_events() is also called
@@ -91,6 +91,13 @@ class KvConnector {
 
   // Either side: the engine no longer needs this request's transfer (abort, error).
   virtual void cancel(const std::string& request_id) = 0;
+
+  // Prefill side: a do_remote_decode request failed or was aborted before
+  // hold_for_remote_decode(); the connector answers the decode engine's ask (waiting or still
+  // to come) with `why` at once instead of at its deadline. The engine calls it instead of
+  // cancel() for such requests.
+  virtual void fail_remote_decode(const std::string& request_id, const KvTransferParams& params,
+                                  const Status& why) = 0;
 
   // Events queued since the previous call. Thread-safe.
   virtual std::vector<KvConnectorEvent> take_events() = 0;
