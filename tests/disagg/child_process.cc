@@ -159,6 +159,7 @@ int ChildProcess::wait_exit(Deadline deadline) {
 
 void ChildProcess::kill_now() {
   if (pid_ > 0) {
+    was_killed_ = true;
     ::kill(pid_, SIGKILL);
     int status = 0;
     if (waitpid(pid_, &status, 0) == pid_) {

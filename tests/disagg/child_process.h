@@ -42,6 +42,10 @@ class ChildProcess {
   // SIGKILL and reap.
   void kill_now();
   bool is_running();
+  // Whether kill_now() ended it (as opposed to exiting by itself).
+  bool was_killed() const { return was_killed_; }
+  // Its exit code once reaped (see wait_exit), -1 before.
+  int exit_code() const { return exit_code_; }
 
   const std::string& name() const { return name_; }
   pid_t pid() const { return pid_; }
@@ -56,6 +60,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int exit_code_ = -1;  // set once reaped
+  bool was_killed_ = false;
   mutable std::mutex mu_;
   std::string output_;  // GUARDED_BY(mu_)
   std::thread drain_thread_;

@@ -1,6 +1,7 @@
 #include "disagg/pd_cluster.h"
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -178,6 +179,39 @@ Result<Node> start_bootstrap(int port, int expected_dp_ranks) {
 
 std::string PdPair::outputs() const {
   return prefill.output() + decode.output() + proxy.output();
+}
+
+std::string PdPair::stop_all(int timeout_s) {
+  std::string problems;
+  const std::vector<std::pair<const char*, Node*>> nodes = {
+      {"proxy", &proxy}, {"decode", &decode}, {"prefill", &prefill}};
+  for (auto& [name, node] : nodes) {
+    if (!node->process) {
+      continue;
+    }
+    if (!node->process->is_running()) {
+      if (!node->process->was_killed()) {
+        problems += std::string(name) + " had exited by itself with code " +
+                    std::to_string(node->process->exit_code()) + "; ";
+      }
+      continue;
+    }
+    node->process->signal(SIGTERM);
+  }
+  auto deadline = Deadline::after(std::chrono::seconds(timeout_s));
+  for (auto& [name, node] : nodes) {
+    if (!node->process || node->process->was_killed() || node->process->exit_code() >= 0) {
+      continue;
+    }
+    int code = node->process->wait_exit(deadline);
+    if (code != 0) {
+      problems += std::string(name) +
+                  (code < 0 ? " did not exit on SIGTERM in time"
+                            : " exited with code " + std::to_string(code)) +
+                  "; ";
+    }
+  }
+  return problems;
 }
 
 Result<PdPair> start_pd(const ServeSpec& prefill_spec, const ServeSpec& decode_spec,

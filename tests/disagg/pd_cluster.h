@@ -76,6 +76,10 @@ struct PdPair {
   Node proxy;             // empty unless with_proxy
   std::string engine_id;  // dp rank 0 of the prefill's bootstrap
   std::string outputs() const;
+  // SIGTERMs every process still running (at once) and returns "" when each exited 0 within
+  // timeout_s, else what went wrong; a process that had died on its own (not killed by the test)
+  // is reported too.
+  std::string stop_all(int timeout_s = 30);
 };
 Result<PdPair> start_pd(const ServeSpec& prefill_spec, const ServeSpec& decode_spec,
                         bool with_proxy);

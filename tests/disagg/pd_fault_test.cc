@@ -56,15 +56,17 @@ std::string long_prompt(int num_words, int seed) {
   return s;
 }
 
-// Background traffic the fault must not touch: requests sent one after another until stop(),
-// each checked. Through the proxy when given one, else plain (non-disaggregated) requests to
-// the server at port.
+// Background traffic the fault must not touch: num_threads loops sending completions to port
+// (a proxy, or a plain server for non-disaggregated requests) one after another until stop()
+// (or kMaxRequests each), each reply checked.
 class Bystanders {
  public:
+  static constexpr int kMaxRequests = 2000;
+
   Bystanders(int port, int num_threads, std::string label) : label_(std::move(label)) {
     for (int t = 0; t < num_threads; ++t) {
       threads_.emplace_back([this, port, t] {
-        for (int i = 0; !stop_; ++i) {
+        for (int i = 0; !stop_ && i < kMaxRequests; ++i) {
           Reply r = send(port, "/v1/completions",
                          completion("bystander " + std::to_string(t) + " " + std::to_string(i) +
                                         " " + long_prompt(20 + 7 * (i % 5), t + i),
@@ -165,6 +167,9 @@ class PdFaultTest : public ::testing::Test {
     pd_ = std::move(*pd);
   }
   void TearDown() override {
+    // Whatever the fault did, no process crashed, and each still shuts down cleanly.
+    std::string problems = pd_.stop_all();
+    EXPECT_TRUE(problems.empty()) << problems;
     if (HasFailure() || std::getenv("CRESCENT_TEST_VERBOSE") != nullptr) {
       std::string out = pd_.outputs();
       std::printf("---- process output (last 8000 bytes) ----\n%s\n",
