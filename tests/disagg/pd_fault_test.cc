@@ -316,6 +316,25 @@ TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
   expect_blocks_back();
 }
 
+// P refuses its half (the prompt is longer than P's --max-model-len, not D's): the proxy
+// answers with P's error at once and aborts D's half, which frees its blocks.
+TEST_F(PdFaultTest, PrefillRefusesItsHalfProxyFailsFastAndAbortsDecode) {
+  ServeSpec prefill_spec = spec_;
+  prefill_spec.max_model_len = 128;
+  ServeSpec decode_spec = spec_;
+  auto pd = start_pd(prefill_spec, decode_spec, /*with_proxy=*/true);
+  ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
+  pd_ = std::move(*pd);
+  Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
+  for (bool stream : {false, true}) {
+    Reply r = send(pd_.proxy.port, "/v1/completions", completion(long_prompt(300, 70), 8, stream));
+    expect_clear_error(r, {"prefill"}, "P refused its half");
+    EXPECT_LT(r.seconds, kTimeoutS) << "the proxy waited for D's deadline: " << r.describe();
+  }
+  bystanders.expect_all_ok();
+  expect_blocks_back();
+}
+
 TEST_F(PdFaultTest, UnknownRemoteEngineIdFailsNamingIt) {
   start(true);
   Bystanders bystanders(pd_.proxy.port, 1, "through the proxy");
