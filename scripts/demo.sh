@@ -1,29 +1,371 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: installs what is missing, builds crescent, makes
-# the default `small` model (deterministic random weights with the real Qwen vocabulary) if it
-# is absent, then generates text from it and benchmarks the engine.
+# The one-command demo: disaggregated prefill/decode (1P1D) against one colocated server, on
+# this machine, with the same benchmark.
+#
+#   bash scripts/demo.sh
+#
+# 1. Installs what is missing (scripts/setup.sh), builds the release `crescent` binary, and
+#    makes the default `small` model (deterministic random weights, real Qwen vocabulary) in
+#    models/small if it is absent.
+# 2. Starts on 127.0.0.1: a standalone `crescent bootstrap`; one `crescent serve --role prefill`
+#    that registers with it (--bootstrap-addr); one `--role decode`; and `crescent proxy` in
+#    front of them. The cores are split: prefill and decode get half each.
+# 3. Runs `crescent bench serve` through the proxy, then stops the cluster.
+# 4. Starts one `crescent serve --role both` with all the cores and runs the same benchmark
+#    against it, then stops it.
+# 5. Prints the two reports side by side (`crescent bench compare`) with a sentence on what
+#    differs.
+# Every process it starts is stopped when it ends, fails or is interrupted (Ctrl-C); if one of
+# them dies, the demo names it, prints the end of its log and exits 1. Logs, results and charts
+# are kept in build/demo-logs/<time>/ (printed at the start and the end).
+#
+# Knobs (environment):
+#   DEMO_NUM_PROMPTS (48)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (2)
+#   DEMO_MAX_CONCURRENCY (none)  DEMO_SEED (0)
+#   DEMO_LONG_INPUT_LEN (0: off) DEMO_LONG_OUTPUT_LEN (16) DEMO_LONG_NUM_PROMPTS (4): a second
+#       stream of long prompts sent beside the main one (spread over the same time), to see
+#       what long prefills do to the main stream's TPOT; its own reports are printed too.
+#   DEMO_CORES (nproc): compute threads in all; prefill gets half, decode the rest, the
+#       colocated server all of them.
+#   DEMO_MODEL_DIR (models/small)  DEMO_MODEL_PRESET (small): made with make-model if absent.
+#   DEMO_SKIP_BUILD=1: no setup and no build; run CRESCENT_BIN (default build/release/apps/crescent).
+#   DEMO_LOG_DIR (build/demo-logs): the run directory is DEMO_LOG_DIR/<time>.
+#   DEMO_BOOTSTRAP_PORT DEMO_PREFILL_PORT DEMO_DECODE_PORT DEMO_PROXY_PORT DEMO_BOTH_PORT
+#       (0: a free port chosen by each process)
+#   DEMO_KV_TRANSPORT (shm)  DEMO_STARTUP_TIMEOUT_S (90)  DEMO_BENCH_TIMEOUT_S (600)
+# Exit status: 0 when both runs completed every request; 1 otherwise (the reason is printed).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-echo "== build (release)"
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)"
-bin=build/release/apps/crescent
-model=models/small
-if [ ! -f "$model/config.json" ]; then
-  echo "== make the default model: $bin make-model --preset small --out $model"
-  "$bin" make-model --preset small --out "$model"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo="$(pwd)"
+
+num_prompts="${DEMO_NUM_PROMPTS:-48}"
+input_len="${DEMO_INPUT_LEN:-512}"
+output_len="${DEMO_OUTPUT_LEN:-64}"
+request_rate="${DEMO_REQUEST_RATE:-2}"
+max_concurrency="${DEMO_MAX_CONCURRENCY:-}"
+seed="${DEMO_SEED:-0}"
+long_input_len="${DEMO_LONG_INPUT_LEN:-0}"
+long_output_len="${DEMO_LONG_OUTPUT_LEN:-16}"
+long_num_prompts="${DEMO_LONG_NUM_PROMPTS:-4}"
+cores="${DEMO_CORES:-$(nproc)}"
+model="${DEMO_MODEL_DIR:-models/small}"
+model_preset="${DEMO_MODEL_PRESET:-small}"
+kv_transport="${DEMO_KV_TRANSPORT:-shm}"
+startup_timeout_s="${DEMO_STARTUP_TIMEOUT_S:-90}"
+bench_timeout_s="${DEMO_BENCH_TIMEOUT_S:-600}"
+log_root="${DEMO_LOG_DIR:-build/demo-logs}"
+
+die() {
+  echo "demo: error: $*" >&2
+  exit 1
+}
+is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+for knob in num_prompts input_len output_len seed long_input_len long_output_len \
+            long_num_prompts cores startup_timeout_s bench_timeout_s; do
+  is_uint "${!knob}" || die "$knob must be a whole number, got '${!knob}'"
+done
+[[ "$request_rate" =~ ^([0-9]+([.][0-9]*)?|inf)$ ]] ||
+  die "DEMO_REQUEST_RATE must be a number of requests/s or inf, got '$request_rate'"
+[[ -z "$max_concurrency" ]] || is_uint "$max_concurrency" ||
+  die "DEMO_MAX_CONCURRENCY must be a whole number, got '$max_concurrency'"
+((num_prompts > 0 && input_len > 0 && output_len > 0)) ||
+  die "DEMO_NUM_PROMPTS, DEMO_INPUT_LEN and DEMO_OUTPUT_LEN must be positive"
+((cores > 0)) || die "DEMO_CORES must be positive"
+for port_knob in DEMO_BOOTSTRAP_PORT DEMO_PREFILL_PORT DEMO_DECODE_PORT DEMO_PROXY_PORT \
+                 DEMO_BOTH_PORT; do
+  value="${!port_knob:-0}"
+  is_uint "$value" && ((value < 65536)) || die "$port_knob must be a port (0..65535), got '$value'"
+done
+
+started_at=$(date +%s)
+elapsed() { echo "$(($(date +%s) - started_at)) s"; }
+
+# ---- build and model -----------------------------------------------------------------------
+if [[ "${DEMO_SKIP_BUILD:-0}" == 1 ]]; then
+  bin="${CRESCENT_BIN:-build/release/apps/crescent}"
+  echo "== DEMO_SKIP_BUILD=1: no setup or build; using $bin"
+else
+  bash scripts/setup.sh
+  echo "== build (release): cmake --build --preset release --target crescent"
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j "$(nproc)" --target crescent
+  bin="build/release/apps/crescent"
 fi
+[[ -x "$bin" ]] || die "$bin is not an executable (build it, or set CRESCENT_BIN)"
+bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+
+if [[ ! -f "$model/config.json" ]]; then
+  echo "== make the model: crescent make-model --preset $model_preset --out $model"
+  mkdir -p "$(dirname "$model")"
+  tmp_model="$model.tmp.$$"
+  "$bin" make-model --preset "$model_preset" --out "$tmp_model" >/dev/null
+  # Another run may have made it meanwhile: keep theirs.
+  mv -T "$tmp_model" "$model" 2>/dev/null || rm -rf "$tmp_model"
+fi
+
+run_dir="$log_root/$(date +%Y%m%d-%H%M%S)"
+if [[ -e "$run_dir" ]]; then
+  run_dir="$run_dir-$$"
+fi
+mkdir -p "$run_dir"
+run_dir="$(cd "$run_dir" && pwd)"
+echo "== logs, results and charts of this run: $run_dir"
+
+# ---- processes -----------------------------------------------------------------------------
+declare -A pid_of=() log_of=()
+running=()  # names of the processes to watch and stop, in start order
+
+# Stops the named processes in the order given (default: all, the last started first), one
+# after the other so that none loses a peer it still needs (a prefill still registering with
+# the bootstrap server): SIGTERM, up to 10 s to drain and exit, then SIGKILL.
+stop_processes() {
+  local names=("$@") name pid i
+  if ((${#names[@]} == 0)); then
+    for ((i = ${#running[@]} - 1; i >= 0; i--)); do
+      names+=("${running[$i]}")
+    done
+  fi
+  for name in "${names[@]}"; do
+    pid="${pid_of[$name]}"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "demo: $name (pid $pid) still running 10 s after SIGTERM: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    forget "$name"
+  done
+}
+
+# Stops watching NAME (it has exited).
+forget() {
+  local keep=() name
+  for name in "${running[@]}"; do
+    [[ "$name" == "$1" ]] || keep+=("$name")
+  done
+  running=("${keep[@]}")
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((${#running[@]})); then
+    echo "== stopping every process the demo started (the last started first): ${running[*]}"
+    stop_processes
+  fi
+  # Anything else this shell started (a health probe, a timer) goes too.
+  pkill -KILL -P $$ 2>/dev/null || true
+  wait 2>/dev/null || true
+  if ((rc == 130 || rc == 143)); then
+    echo "demo: stopped after $(elapsed) (exit $rc); logs in $run_dir"
+  elif ((rc != 0)); then
+    echo "demo: FAILED after $(elapsed) (exit $rc); logs in $run_dir"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: interrupted"; exit 130' INT
+trap 'echo "demo: terminated"; exit 143' TERM
+
+# start NAME ARGS...: runs `crescent ARGS...` in the background, output to RUN_DIR/NAME.log.
+start() {
+  local name="$1"
+  shift
+  log_of[$name]="$run_dir/$name.log"
+  echo "crescent $*" > "${log_of[$name]}"
+  "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
+  pid_of[$name]=$!
+  running+=("$name")
+  echo "   $name: crescent $* (pid ${pid_of[$name]}, log $name.log)"
+}
+
+# Exits 1 naming the first watched process that is no longer running, with its log's end.
+stage="the start"
+check_alive() {
+  local name pid rc
+  for name in "${running[@]}"; do
+    pid="${pid_of[$name]}"
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rc=0
+      wait "$pid" 2>/dev/null || rc=$?
+      forget "$name"
+      echo "demo: $name (pid $pid) exited with status $rc during $stage; last lines of ${log_of[$name]}:" >&2
+      tail -n 25 "${log_of[$name]}" | sed 's/^/   | /' >&2
+      exit 1
+    fi
+  done
+}
+
+# Sets port_of[NAME] from NAME's "listening on http://127.0.0.1:PORT" line once it is written.
+declare -A port_of=()
+listening_port() {
+  local name="$1" deadline=$(($(date +%s) + startup_timeout_s)) port
+  while (($(date +%s) < deadline)); do
+    port=$(grep -o -m1 'listening on http://127\.0\.0\.1:[0-9]*' "${log_of[$name]}" | sed 's/.*://' || true)
+    if [[ -n "$port" ]]; then
+      port_of[$name]="$port"
+      return 0
+    fi
+    check_alive
+    sleep 0.1
+  done
+  die "$name wrote no 'listening on' line within $startup_timeout_s s (see ${log_of[$name]})"
+}
+
+# The HTTP status of GET http://127.0.0.1:PORT/PATH, or 000 (bash's /dev/tcp: no curl needed).
+http_status() {
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 1
+    printf "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" "$1" >&3
+    read -r _ code _ <&3 && echo "$code"' "$1" "$2" 2>/dev/null || echo 000
+}
+
+# Waits until GET PORT/PATH answers 200, while every watched process stays alive.
+wait_ready() {
+  local name="$1" port="$2" path="$3" deadline=$(($(date +%s) + startup_timeout_s)) code=000
+  while (($(date +%s) < deadline)); do
+    code=$(http_status "$port" "$path")
+    [[ "$code" == 200 ]] && return 0
+    check_alive
+    sleep 0.2
+  done
+  die "$name did not answer 200 on http://127.0.0.1:$port$path within $startup_timeout_s s (last: $code; see ${log_of[$name]})"
+}
+
+bench_args=(--model "$model" --dataset-name random --random-input-len "$input_len"
+            --random-output-len "$output_len" --num-prompts "$num_prompts"
+            --request-rate "$request_rate" --seed "$seed" --no-progress
+            --request-timeout-s "$bench_timeout_s")
+[[ -z "$max_concurrency" ]] || bench_args+=(--max-concurrency "$max_concurrency")
+long_args=()
+if ((long_input_len > 0)); then
+  # Spread over the main stream's schedule: num_prompts / rate seconds.
+  long_rate=$(awk -v n="$long_num_prompts" -v m="$num_prompts" -v r="$request_rate" \
+    'BEGIN { if (r == "inf") print "inf"; else printf "%.4f", n * r / m }')
+  long_args=(--model "$model" --dataset-name random --random-input-len "$long_input_len"
+             --random-output-len "$long_output_len" --num-prompts "$long_num_prompts"
+             --request-rate "$long_rate" --burstiness inf --seed "$((seed + 1))" --no-progress
+             --request-timeout-s "$bench_timeout_s")
+fi
+
+# bench LABEL FILE_STEM PORT: the benchmark against 127.0.0.1:PORT, watching every process.
+bench() {
+  local label="$1" stem="$2" port="$3" rc=0 long_pid=""
+  local url="http://127.0.0.1:$port"
+  echo "== benchmark $label: crescent bench serve --base-url $url ${bench_args[*]} --label $label --save-result $stem.json"
+  "$bin" bench serve --base-url "$url" "${bench_args[@]}" --label "$label" \
+    --save-result "$run_dir/$stem.json" > "$run_dir/bench-$stem.log" 2>&1 &
+  local bench_pid=$!
+  stage="the $label benchmark"
+  if ((${#long_args[@]})); then
+    echo "   beside it, long prompts: crescent bench serve --base-url $url ${long_args[*]} --label $label-long --save-result $stem-long.json"
+    "$bin" bench serve --base-url "$url" "${long_args[@]}" --label "$label-long" \
+      --save-result "$run_dir/$stem-long.json" > "$run_dir/bench-$stem-long.log" 2>&1 &
+    long_pid=$!
+  fi
+  local deadline=$(($(date +%s) + bench_timeout_s + 60))
+  while kill -0 "$bench_pid" 2>/dev/null || { [[ -n "$long_pid" ]] && kill -0 "$long_pid" 2>/dev/null; }; do
+    check_alive
+    (($(date +%s) < deadline)) || die "the $label benchmark did not end within $((bench_timeout_s + 60)) s"
+    sleep 0.3
+  done
+  wait "$bench_pid" || rc=$?
+  # The report block, as `vllm bench serve` prints it.
+  sed -n '/Serving Benchmark Result/,/^=\{50\}$/p' "$run_dir/bench-$stem.log" | sed 's/ *$//'
+  if ((rc != 0)); then
+    echo "demo: the $label benchmark failed (exit $rc); last lines of bench-$stem.log:" >&2
+    tail -n 25 "$run_dir/bench-$stem.log" | sed 's/^/   | /' >&2
+    exit 1
+  fi
+  if [[ -n "$long_pid" ]]; then
+    rc=0
+    wait "$long_pid" || rc=$?
+    if ((rc != 0)); then
+      echo "demo: the $label long-prompt benchmark failed (exit $rc); last lines:" >&2
+      tail -n 25 "$run_dir/bench-$stem-long.log" | sed 's/^/   | /' >&2
+      exit 1
+    fi
+  fi
+}
+
+p_threads=$((cores / 2 > 0 ? cores / 2 : 1))
+d_threads=$((cores - p_threads > 0 ? cores - p_threads : 1))
+serve_args=(--model "$model" --host 127.0.0.1 --io-threads 1 --kv-cache-mb 256
+            --drain-timeout-s 5)
+
+# ---- 1P1D: bootstrap, prefill, decode, proxy -----------------------------------------------
+echo "== 1P1D on 127.0.0.1: a standalone bootstrap server, prefill ($p_threads thread(s)) registered" \
+  "with it, decode ($d_threads thread(s)), proxy"
+stage="the start of the 1P1D cluster"
+start bootstrap bootstrap --host 127.0.0.1 --port "${DEMO_BOOTSTRAP_PORT:-0}"
+listening_port bootstrap
+bootstrap_port="${port_of[bootstrap]}"
+start prefill serve "${serve_args[@]}" --port "${DEMO_PREFILL_PORT:-0}" --role prefill \
+  --threads "$p_threads" --kv-transport "$kv_transport" \
+  --bootstrap-addr "http://127.0.0.1:$bootstrap_port"
+start decode serve "${serve_args[@]}" --port "${DEMO_DECODE_PORT:-0}" --role decode \
+  --threads "$d_threads" --kv-transport "$kv_transport"
+listening_port prefill
+listening_port decode
+prefill_port="${port_of[prefill]}"
+decode_port="${port_of[decode]}"
+wait_ready prefill "$prefill_port" /health
+wait_ready decode "$decode_port" /health
+wait_ready bootstrap "$bootstrap_port" /query
+start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1 \
+  --drain-timeout 5 --prefill "http://127.0.0.1:$prefill_port" "$bootstrap_port" \
+  --decode "http://127.0.0.1:$decode_port"
+listening_port proxy
+proxy_port="${port_of[proxy]}"
+wait_ready proxy "$proxy_port" /health
+echo "   ready after $(elapsed): bootstrap :$bootstrap_port, prefill :$prefill_port," \
+  "decode :$decode_port, proxy :$proxy_port (KV over $kv_transport)"
+bench 1P1D 1p1d "$proxy_port"
+echo "== stopping the 1P1D cluster"
+stop_processes proxy decode prefill bootstrap
+
+# ---- colocated: one --role both server on the same cores -----------------------------------
+echo "== colocated on 127.0.0.1: one crescent serve --role both with $cores thread(s)"
+stage="the start of the colocated server"
+start colocated serve "${serve_args[@]}" --port "${DEMO_BOTH_PORT:-0}" --role both \
+  --threads "$cores"
+listening_port colocated
+both_port="${port_of[colocated]}"
+wait_ready colocated "$both_port" /health
+echo "   ready after $(elapsed): colocated :$both_port"
+bench colocated colocated "$both_port"
+echo "== stopping the colocated server"
+stop_processes colocated
+
+# ---- the comparison ------------------------------------------------------------------------
 echo
-echo "== generate (greedy) from $model"
-"$bin" generate --model "$model" --prompt "The capital of France is" --max-tokens 32 --temperature 0
+echo "== 1P1D ($p_threads + $d_threads threads, proxy, KV over $kv_transport) vs colocated ($cores threads):" \
+  "crescent bench compare --explain pd 1p1d.json colocated.json"
+"$bin" bench compare --explain pd "$run_dir/1p1d.json" "$run_dir/colocated.json" |
+  tee "$run_dir/compare.txt"
+if ((${#long_args[@]})); then
+  echo
+  echo "== the long prompts sent beside them: crescent bench compare 1p1d-long.json colocated-long.json"
+  "$bin" bench compare --explain pd "$run_dir/1p1d-long.json" "$run_dir/colocated-long.json" |
+    tee "$run_dir/compare-long.txt"
+fi
+
+failed=0
+for stem in 1p1d colocated; do
+  n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
+  [[ "$n" == 0 ]] || failed=1
+done
 echo
-echo "== generate (chat template, sampled, seed 7)"
-"$bin" generate --model "$model" --chat --prompt "Write a haiku about the moon." --max-tokens 32 \
-  --temperature 0.8 --top-p 0.95 --seed 7
-echo
-echo "== engine benchmark on $model (2 threads)"
-"$bin" bench engine --model "$model" --threads 2 --prompt-len 512 --reps 2
-echo
-echo "The weights are random, so the text is not meant to read well: what runs is the real"
-echo "tokenizer, chat template, paged KV cache, scheduler and kernels. Logs above; model in $model."
+echo "== done in $(elapsed). Every process the demo started has stopped."
+echo "   logs: $run_dir/{bootstrap,prefill,decode,proxy,colocated}.log"
+echo "   benchmark output: bench-1p1d.log, bench-colocated.log; results: 1p1d.json, colocated.json;"
+echo "   charts (open in a browser): 1p1d.svg, colocated.svg"
+echo "   The weights are random, so the text is not meant to read well; the work is real: tokenizer,"
+echo "   paged KV cache, scheduler, kernels, KV transfer between processes. See docs/demo.md."
+if ((failed)); then
+  die "some requests failed (see the reports above and the logs in $run_dir)"
+fi

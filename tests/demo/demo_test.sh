@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Tests of scripts/demo.sh and `crescent bench compare`, run by ctest (tests/demo/CMakeLists.txt).
+#
+#   tests/demo/demo_test.sh --scenario NAME --crescent BIN --work-dir DIR [--sanitized]
+#
+# Scenarios:
+#   short         the demo shortened (tiny model, a handful of prompts, DEMO_SKIP_BUILD=1 with
+#                 BIN): exit 0, both reports and the side-by-side table printed, the comparison
+#                 sentence, the run directory's files, and no process it started left running.
+#   process-dies  the decode server cannot start (its port is taken): the demo names it, shows
+#                 its log, exits 1 and leaves nothing running.
+#   interrupted   SIGINT to the demo (as Ctrl-C) during the 1P1D benchmark: exit 130, nothing
+#                 left running.
+#   compare       `crescent bench compare` on hand-written results: the table's values and
+#                 ratios, the sentence's directions, setting differences, and bad input.
+# --sanitized: the binary is an ASan/TSan build (several times slower): fewer, shorter prompts.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+scenario=""
+crescent=""
+work_dir=""
+sanitized=0
+while (($#)); do
+  case "$1" in
+    --scenario) scenario="${2:?}"; shift 2 ;;
+    --crescent) crescent="${2:?}"; shift 2 ;;
+    --work-dir) work_dir="${2:?}"; shift 2 ;;
+    --sanitized) sanitized=1; shift ;;
+    *) echo "demo_test: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$scenario" && -n "$crescent" && -n "$work_dir" ]] ||
+  { echo "demo_test: --scenario, --crescent and --work-dir are required" >&2; exit 2; }
+[[ -x "$crescent" ]] || { echo "demo_test: $crescent is not an executable" >&2; exit 1; }
+mkdir -p "$work_dir"
+work_dir="$(cd "$work_dir" && pwd)"
+out_dir="$work_dir/$scenario"
+rm -rf "$out_dir"
+mkdir -p "$out_dir"
+
+fail() {
+  echo "demo_test ($scenario): FAIL: $*" >&2
+  exit 1
+}
+expect_in() {  # expect_in FILE PATTERN WHAT
+  grep -q -E -- "$2" "$1" || fail "$3 (no line matching '$2' in $1)"
+}
+
+# The pids the demo announced ("(pid N, log ...)"); each must be gone once it has exited.
+check_nothing_left() {
+  local output="$1" pids pid
+  pids=$(grep -o '(pid [0-9]*' "$output" | sed 's/(pid //' || true)
+  [[ -n "$pids" ]] || fail "the demo announced no pids"
+  for pid in $pids; do
+    if kill -0 "$pid" 2>/dev/null && grep -q crescent "/proc/$pid/cmdline" 2>/dev/null; then
+      fail "process $pid ($(tr '\0' ' ' < "/proc/$pid/cmdline")) is still running after the demo exited"
+    fi
+  done
+  # And nothing at all on the test's own model directory (every server names it in --model).
+  if pgrep -f -- "--model $model_dir" >/dev/null; then
+    fail "a crescent process on $model_dir is still running: $(pgrep -a -f -- "--model $model_dir")"
+  fi
+}
+
+# The model: the tiny preset in the test tree's shared test-models/ (made by the demo if absent).
+model_dir="$(dirname "$work_dir")/test-models/tiny"
+common_env=(DEMO_SKIP_BUILD=1 CRESCENT_BIN="$crescent" DEMO_MODEL_DIR="$model_dir"
+            DEMO_MODEL_PRESET=tiny DEMO_LOG_DIR="$out_dir/logs" DEMO_CORES=2
+            DEMO_INPUT_LEN=32 DEMO_OUTPUT_LEN=8)
+if ((sanitized)); then
+  common_env+=(DEMO_NUM_PROMPTS=3 DEMO_REQUEST_RATE=inf DEMO_STARTUP_TIMEOUT_S=120)
+else
+  common_env+=(DEMO_NUM_PROMPTS=8 DEMO_REQUEST_RATE=16)
+fi
+
+case "$scenario" in
+  short)
+    rc=0
+    env "${common_env[@]}" bash "$repo/scripts/demo.sh" > "$out_dir/output.txt" 2>&1 || rc=$?
+    cat "$out_dir/output.txt"
+    ((rc == 0)) || fail "the demo exited $rc"
+    out="$out_dir/output.txt"
+    [[ $(grep -c 'Serving Benchmark Result' "$out") == 2 ]] || fail "expected two benchmark reports"
+    expect_in "$out" '^ +1P1D +colocated +A/B$' "the side-by-side table's header"
+    expect_in "$out" '^Successful requests +[0-9]+ +[0-9]+' "the side-by-side table"
+    expect_in "$out" '^P99 TPOT \(ms\) +[0-9.]+ +[0-9.]+ +[0-9.]+x$' "TPOT p99 in both columns"
+    expect_in "$out" '^1P1D vs colocated: .*TPOT p99.*TTFT median.*throughput' "the comparison sentence"
+    expect_in "$out" 'Failed requests: +0$' "no failed request"
+    expect_in "$out" '== logs, results and charts of this run: ' "the run directory at the start"
+    expect_in "$out" 'a standalone bootstrap server' "what runs"
+    run_dir=$(sed -n 's/^== logs, results and charts of this run: //p' "$out")
+    for f in bootstrap.log prefill.log decode.log proxy.log colocated.log 1p1d.json colocated.json \
+             bench-1p1d.log bench-colocated.log compare.txt; do
+      [[ -s "$run_dir/$f" ]] || fail "$run_dir/$f is missing or empty"
+    done
+    expect_in "$run_dir/prefill.log" 'registered|bootstrap' "the prefill registered with the bootstrap"
+    check_nothing_left "$out"
+    ;;
+  process-dies)
+    # A port held by this test (a bootstrap server on a free port): the decode server cannot
+    # listen on it.
+    "$crescent" bootstrap --host 127.0.0.1 --port 0 > "$out_dir/holder.log" 2>&1 &
+    holder_pid=$!
+    trap 'kill "$holder_pid" 2>/dev/null || true; wait "$holder_pid" 2>/dev/null || true' EXIT
+    taken_port=""
+    for _ in $(seq 300); do
+      taken_port=$(grep -o -m1 'listening on http://127\.0\.0\.1:[0-9]*' "$out_dir/holder.log" | sed 's/.*://' || true)
+      [[ -n "$taken_port" ]] && break
+      sleep 0.1
+    done
+    [[ -n "$taken_port" ]] || fail "the port holder did not start: $(cat "$out_dir/holder.log")"
+    rc=0
+    env "${common_env[@]}" DEMO_DECODE_PORT="$taken_port" bash "$repo/scripts/demo.sh" \
+      > "$out_dir/output.txt" 2>&1 || rc=$?
+    cat "$out_dir/output.txt"
+    ((rc == 1)) || fail "the demo exited $rc, not 1"
+    out="$out_dir/output.txt"
+    expect_in "$out" '^demo: decode \(pid [0-9]+\) exited with status [1-9][0-9]* during the start of the 1P1D cluster' \
+      "the demo names the dead process"
+    expect_in "$out" "^   \\| .*$taken_port" "the tail of its log (which names the port)"
+    expect_in "$out" '^demo: FAILED after' "the failure line"
+    grep -q 'SIGKILL' "$out" && fail "a process needed SIGKILL: the others must stop on SIGTERM"
+    check_nothing_left "$out"
+    ;;
+  interrupted)
+    set -m  # the demo in its own process group, so its SIGINT is not ignored as a background job's
+    env "${common_env[@]}" DEMO_NUM_PROMPTS=200 DEMO_REQUEST_RATE=4 \
+      bash "$repo/scripts/demo.sh" > "$out_dir/output.txt" 2>&1 &
+    demo_pid=$!
+    set +m
+    out="$out_dir/output.txt"
+    for _ in $(seq 1200); do
+      grep -q '^== benchmark 1P1D' "$out" && break
+      kill -0 "$demo_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q '^== benchmark 1P1D' "$out" || { cat "$out"; fail "the 1P1D benchmark never started"; }
+    sleep 2
+    kill -INT "$demo_pid"
+    rc=0
+    for _ in $(seq 600); do
+      kill -0 "$demo_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$demo_pid" 2>/dev/null && { kill -KILL -- -"$demo_pid"; fail "the demo did not exit within 60 s of SIGINT"; }
+    wait "$demo_pid" || rc=$?
+    cat "$out"
+    ((rc == 130)) || fail "the demo exited $rc after SIGINT, not 130"
+    expect_in "$out" '^demo: interrupted' "the interruption is said"
+    expect_in "$out" '^== stopping every process the demo started.*prefill' "the processes are stopped"
+    expect_in "$out" '^demo: stopped after' "the stop is said"
+    grep -q 'SIGKILL' "$out" && fail "a process needed SIGKILL: each must stop on SIGTERM"
+    check_nothing_left "$out"
+    ;;
+  compare)
+    a="$out_dir/a.json"
+    b="$out_dir/b.json"
+    cat > "$a" <<'JSON'
+{"label": "disagg", "dataset_name": "random", "num_prompts": 10, "seed": 0, "request_rate": 2.0,
+ "burstiness": 1.0, "max_concurrency": null, "duration": 5.0, "completed": 10, "failed": 0,
+ "total_input_tokens": 5120, "total_output_tokens": 640, "request_throughput": 2.0,
+ "output_throughput": 128.0, "max_concurrent_requests": 4,
+ "mean_ttft_ms": 150.0, "median_ttft_ms": 140.0, "p99_ttft_ms": 300.0,
+ "mean_tpot_ms": 20.0, "median_tpot_ms": 19.0, "p99_tpot_ms": 30.0,
+ "median_itl_ms": 19.0, "p99_itl_ms": 40.0, "mean_e2el_ms": 1400.0, "p99_e2el_ms": 2000.0}
+JSON
+    cat > "$b" <<'JSON'
+{"label": "together", "dataset_name": "random", "num_prompts": 10, "seed": 0, "request_rate": 2.0,
+ "burstiness": 1.0, "max_concurrency": null, "duration": 5.1, "completed": 9, "failed": 1,
+ "total_input_tokens": 4608, "total_output_tokens": 576, "request_throughput": 1.76,
+ "output_throughput": 125.0, "max_concurrent_requests": 5,
+ "mean_ttft_ms": 100.0, "median_ttft_ms": 100.0, "p99_ttft_ms": 200.0,
+ "mean_tpot_ms": 40.0, "median_tpot_ms": 38.0, "p99_tpot_ms": 60.0,
+ "median_itl_ms": 38.0, "p99_itl_ms": 400.0, "mean_e2el_ms": 2600.0, "p99_e2el_ms": 4000.0}
+JSON
+    out="$out_dir/compare.txt"
+    "$crescent" bench compare --explain pd "$a" "$b" > "$out" 2>&1 || { cat "$out"; fail "compare exited non-zero"; }
+    cat "$out"
+    expect_in "$out" '^Benchmark: random prompts, 10 requests, ~512 in / ~64 out tokens each, 2.00 req/s \(Poisson\)$' \
+      "the benchmark's shape"
+    expect_in "$out" '^ +disagg +together +A/B$' "labels from the files"
+    expect_in "$out" '^Median TTFT \(ms\) +140.00 +100.00 +1.40x$' "median TTFT and its ratio"
+    expect_in "$out" '^P99 TPOT \(ms\) +30.00 +60.00 +0.50x$' "TPOT p99 and its ratio"
+    expect_in "$out" '^Failed requests +0 +1 *$' "failed requests"
+    expect_in "$out" "^disagg vs together: TPOT p99 is 0.50x \\(30.0 vs 60.0 ms, median 0.50x\\): the decode engine's steps never wait behind a prefill; TTFT median is 1.40x \\(140.0 vs 100.0 ms, p99 1.50x\\): each prompt goes through the proxy" \
+      "the sentence: TPOT lower, TTFT higher, each with its reason"
+    expect_in "$out" 'output throughput within 10%\.' "throughput about the same"
+    expect_in "$out" 'Failed requests: 0 \(disagg\) and 1 \(together\)' "the failures named"
+    grep -q 'note: the runs differ' "$out" && fail "the same settings were reported as different"
+
+    # Reversed, with --labels and no explanation: directions flip, no reasons.
+    "$crescent" bench compare --labels X,Y "$b" "$a" > "$out" 2>&1 || { cat "$out"; fail "compare exited non-zero"; }
+    expect_in "$out" '^X vs Y: TPOT p99 is 2.00x \(60.0 vs 30.0 ms, median 2.00x\); TTFT median is 0.71x' \
+      "the reversed sentence"
+    grep -q 'decode engine' "$out" && fail "reasons printed without --explain pd"
+
+    # Different settings are pointed out.
+    sed 's/"request_rate": 2.0/"request_rate": 4.0/' "$b" > "$out_dir/c.json"
+    "$crescent" bench compare "$a" "$out_dir/c.json" > "$out" 2>&1 || fail "compare exited non-zero"
+    expect_in "$out" '^note: the runs differ in request_rate 2.0 vs 4.0' "a setting difference"
+
+    # Bad input: a clear message and a non-zero exit.
+    check_error() {  # check_error EXPECTED_RC PATTERN ARGS...
+      local want="$1" pattern="$2" rc=0
+      shift 2
+      "$crescent" bench compare "$@" > "$out" 2>&1 || rc=$?
+      ((rc == want)) || { cat "$out"; fail "bench compare $* exited $rc, not $want"; }
+      expect_in "$out" "$pattern" "the error message of bench compare $*"
+    }
+    check_error 1 "cannot open $out_dir/missing.json" "$a" "$out_dir/missing.json"
+    echo '{"completed": 1' > "$out_dir/broken.json"
+    check_error 1 'is not a JSON object' "$a" "$out_dir/broken.json"
+    echo '{"completed": 1}' > "$out_dir/partial.json"
+    check_error 1 "has no number 'failed'" "$out_dir/partial.json" "$a"
+    check_error 2 'expected two result files' "$a"
+    check_error 2 '--labels expects two names' --labels onlyone "$a" "$b"
+    check_error 2 '--explain expects none or pd' --explain why "$a" "$b"
+    ;;
+  *)
+    echo "demo_test: unknown scenario '$scenario'" >&2
+    exit 2
+    ;;
+esac
+echo "demo_test ($scenario): PASS"
