@@ -93,7 +93,8 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
 
   net::http::Headers response_headers() const { return {{"X-Request-Id", plan_.request_id}}; }
 
-  // Marks the client's answer complete (or abandoned) and counts it. Under mu_.
+  // Marks the client's answer complete (or abandoned) and counts it. Called before the last
+  // bytes go to the client, so that /metrics read after a response includes it. Under mu_.
   void finish_locked(Outcome outcome) {
     finished_ = true;
     metrics_->count_request(plan_.endpoint, outcome);
@@ -107,6 +108,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       return;
     }
     CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": " << message;
+    finish_locked(outcome);
     if (client_stream_started_) {
       writer_->write(sse_error_events(http_status, message));
       writer_->end();
@@ -116,7 +118,6 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
                     error_body(http_status, message, error_type_for(http_status)),
                     response_headers());
     }
-    finish_locked(outcome);
   }
 
   void cancel_prefill_locked() {
@@ -244,6 +245,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       return;
     }
     if (status.is_ok() && is_success(decode_status_)) {
+      finish_locked(Outcome::kOk);
       if (decode_is_stream_) {
         if (!client_stream_started_) {
           start_client_stream_locked();
@@ -254,7 +256,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
         writer_->send(decode_status_, decode_content_type_, std::move(decode_body_),
                       response_headers());
       }
-      return finish_locked(Outcome::kOk);
+      return;
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
     cancel_prefill_locked();
@@ -263,6 +265,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": decode "
                           << plan_.decode.url << " answered " << decode_status_;
       metrics_->observe_time_to_first_byte(seconds_since_arrival());
+      finish_locked(Outcome::kDecodeError);
       if (is_openai_error(decode_body_)) {
         writer_->send(decode_status_, "application/json", std::move(decode_body_),
                       response_headers());
@@ -275,7 +278,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
                        error_type_for(decode_status_)),
             response_headers());
       }
-      return finish_locked(Outcome::kDecodeError);
+      return;
     }
     if (status.code() == StatusCode::kDeadlineExceeded) {
       return fail_locked(504,

@@ -55,15 +55,20 @@ FakeServer::FakeServer(Handler handler, int num_io_threads) : handler_(std::move
 }
 
 FakeServer::~FakeServer() {
-  stop();
+  std::unique_ptr<net::http::Server> server;
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    server.swap(server_);
     threads.swap(threads_);
+  }
+  if (server) {
+    server->stop();  // what spawned threads still write is dropped
   }
   for (auto& t : threads) {
     t.join();
   }
+  // `server` goes last: a spawned thread's writer posts to its io_context until joined.
 }
 
 void FakeServer::set_handler(Handler handler) {

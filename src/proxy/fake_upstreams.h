@@ -48,7 +48,7 @@ class FakeServer {
                                      std::shared_ptr<net::http::ResponseWriter> writer)>;
   // Starts listening at once; aborts the test binary if it cannot.
   explicit FakeServer(Handler handler, int num_io_threads = 4);
-  ~FakeServer();  // stop(), then joins the threads started with spawn()
+  ~FakeServer();  // stops, then joins the threads started with spawn()
 
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -60,8 +60,8 @@ class FakeServer {
   bool wait_for_requests(const std::string& path, size_t n, int64_t timeout_ms) const;
   // Runs fn on a thread joined when the FakeServer is destroyed (a handler that streams).
   void spawn(std::function<void()> fn);
-  // Closes the listening socket and every connection (a server that dies).
-  // Must not be called from one of its handlers.
+  // Closes the listening socket and every connection (a server that dies). Not from one of
+  // its handlers, nor while a thread from spawn() may still write a response.
   void stop();
   int num_open_connections() const;  // 0 once stopped
 

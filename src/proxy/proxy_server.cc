@@ -71,9 +71,9 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
     std::lock_guard<std::mutex> lock(mu_);
     call_.reset();
     if (s.is_ok()) {
-      writer_->send(status_, content_type_, std::move(body_));
       metrics_->count_request(ApiEndpoint::kModels,
                               status_ < 400 ? Outcome::kOk : Outcome::kDecodeError);
+      writer_->send(status_, content_type_, std::move(body_));
       return;
     }
     if (s.code() == StatusCode::kCancelled) {
