@@ -224,8 +224,18 @@ TEST_F(ServeTest, SamplingFieldsStopAndKvTransferParams) {
   ASSERT_EQ(status, 200) << a.dump();
   json b = post_json(*client_, "/v1/completions", sampled, &status);
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
-  // max_tokens 1 with logprobs and kv_transfer_params, as the reference proxy sends to prefill.
-  json kv = {{"do_remote_decode", true}, {"do_remote_prefill", false}, {"transfer_id", "xfer-1"}};
+  // What the reference proxy sends to a prefill server is refused by a colocated one: it has
+  // no KV connector, and silently ignoring the flags would leave the decode side waiting.
+  json remote = {
+      {"do_remote_decode", true}, {"do_remote_prefill", false}, {"transfer_id", "xfer-1"}};
+  json refused =
+      post_json(*client_, "/v1/completions",
+                {{"prompt", "hello"}, {"max_tokens", 1}, {"kv_transfer_params", remote}}, &status);
+  EXPECT_EQ(status, 400) << refused.dump();
+  EXPECT_NE(refused.dump().find("--role prefill|decode"), std::string::npos) << refused.dump();
+  // max_tokens 1 with logprobs and kv_transfer_params that ask for nothing remote: kept and
+  // echoed.
+  json kv = {{"do_remote_decode", false}, {"do_remote_prefill", false}, {"transfer_id", "xfer-1"}};
   json p = post_json(
       *client_, "/v1/completions",
       {{"prompt", "hello"}, {"max_tokens", 1}, {"logprobs", 3}, {"kv_transfer_params", kv}},
