@@ -568,6 +568,10 @@ void Server::stop() {
     t.join();
   }
   impl_->threads.clear();
+  // Handlers that lost the race with ioc.stop() (connection closes, the acceptor close) run
+  // here, so every socket is closed when stop() returns and no peer waits for its deadline.
+  impl_->ioc.restart();
+  impl_->ioc.poll();
 }
 
 int Server::num_open_connections() const {
