@@ -163,8 +163,10 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   if (role_ != ServeRole::kBoth) {
     // Shareable memory: the shm transport hands it to peers, the others register it.
     allocate = [](int64_t num_bytes) -> Result<engine::KvCacheMemory> {
-      ASSIGN_OR_RETURN(transfer::SharedBuffer buffer,
-                       transfer::allocate_shared(static_cast<size_t>(num_bytes)));
+      // Populated: transfers into fresh KV blocks would otherwise fault page by page.
+      ASSIGN_OR_RETURN(
+          transfer::SharedBuffer buffer,
+          transfer::allocate_shared(static_cast<size_t>(num_bytes), /*populate=*/true));
       auto owned = std::make_shared<transfer::SharedBuffer>(std::move(buffer));
       engine::KvCacheMemory memory;
       memory.base = owned->data();

@@ -65,7 +65,7 @@ void SharedBuffer::reset() {
   memfd_ = -1;
 }
 
-Result<SharedBuffer> allocate_shared(size_t bytes) {
+Result<SharedBuffer> allocate_shared(size_t bytes, bool populate) {
   if (bytes == 0)
     return invalid_argument("allocate_shared: zero bytes");
   size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -80,7 +80,8 @@ Result<SharedBuffer> allocate_shared(size_t bytes) {
     ::close(fd);
     return resource_exhausted(std::string("ftruncate: ") + std::strerror(err));
   }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     ::close(fd);
