@@ -78,7 +78,7 @@ struct PdPair {
   std::string outputs() const;
   // SIGTERMs every process still running (at once) and returns "" when each exited 0 within
   // timeout_s, else what went wrong; a process that had died on its own (not killed by the test)
-  // is reported too.
+  // and a sanitizer report in any process's output are reported too.
   std::string stop_all(int timeout_s = 30);
 };
 Result<PdPair> start_pd(const ServeSpec& prefill_spec, const ServeSpec& decode_spec,
