@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -84,13 +85,17 @@ Case make_case(int i, const json& prompt, int max_tokens, const std::string& wha
 // 50 cases at full scale: varied lengths around block boundaries (16 tokens), token-id
 // prompts of exact lengths, a shared prefix, and repeats of earlier prompts (in another mode)
 // last, when the decode engine holds their prefix.
+int num_repeated_cases(int num_cases) {
+  return std::max(1, num_cases / 6);
+}
+
 std::vector<Case> make_cases(int num_cases) {
   const int kWordCounts[] = {1, 3, 7, 14, 15, 16, 17, 24, 31, 33, 47, 64, 90, 130, 200, 280, 340};
   const int kIdCounts[] = {1, 2, 15, 16, 17, 32, 33, 160};
   const std::string shared = words(999, 70);
   std::vector<json> prompts;
   std::vector<std::string> whats;
-  int num_unique = num_cases - std::max(1, num_cases / 6);
+  int num_unique = num_cases - num_repeated_cases(num_cases);
   for (int i = 0; prompts.size() < static_cast<size_t>(num_unique); ++i) {
     switch (i % 5) {
       case 0:
@@ -112,8 +117,18 @@ std::vector<Case> make_cases(int num_cases) {
         break;
     }
   }
-  for (int r = 0; prompts.size() < static_cast<size_t>(num_cases); ++r) {
-    size_t from = (static_cast<size_t>(r) * 5 + 2) % static_cast<size_t>(num_unique);
+  // The longest prompts come back: those span several full blocks that D then holds.
+  std::vector<size_t> by_length(prompts.size());
+  for (size_t i = 0; i < by_length.size(); ++i) {
+    by_length[i] = i;
+  }
+  auto approx_chars = [&](size_t i) {
+    return prompts[i].is_string() ? prompts[i].get<std::string>().size() : 6 * prompts[i].size();
+  };
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](size_t a, size_t b) { return approx_chars(a) > approx_chars(b); });
+  for (size_t r = 0; prompts.size() < static_cast<size_t>(num_cases); ++r) {
+    size_t from = by_length[r % by_length.size()];
     prompts.push_back(prompts[from]);
     whats.push_back("repeat of #" + std::to_string(from) + " (" + whats[from] + ")");
   }
@@ -125,20 +140,26 @@ std::vector<Case> make_cases(int num_cases) {
   return cases;
 }
 
-// Sends every case to the server at port, num_parallel at a time.
+// Sends every case to the server at port, num_parallel at a time; the repeats (the last
+// cases) only once everything before them has finished, so their prefix is surely cached.
 std::vector<Reply> run_all(int port, const std::vector<Case>& cases, int num_parallel) {
   std::vector<Reply> replies(cases.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> workers;
-  for (int w = 0; w < num_parallel; ++w) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < cases.size(); i = next++) {
-        replies[i] = send(port, cases[i].path, cases[i].body);
-      }
-    });
-  }
-  for (auto& t : workers) {
-    t.join();
+  const size_t num_repeats =
+      static_cast<size_t>(num_repeated_cases(static_cast<int>(cases.size())));
+  for (auto [first, last] : {std::pair<size_t, size_t>{0, cases.size() - num_repeats},
+                             std::pair<size_t, size_t>{cases.size() - num_repeats, cases.size()}}) {
+    std::atomic<size_t> next{first};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < num_parallel; ++w) {
+      workers.emplace_back([&, last = last] {
+        for (size_t i = next++; i < last; i = next++) {
+          replies[i] = send(port, cases[i].path, cases[i].body);
+        }
+      });
+    }
+    for (auto& t : workers) {
+      t.join();
+    }
   }
   return replies;
 }
@@ -272,6 +293,9 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
   auto dm = read_metrics(pd->decode.port);
   EXPECT_GT(transfers(dm, "decode", "ok"), 0) << "no successful fetch counted on D";
   EXPECT_GT(transfers(pm, "prefill", "ok"), 0) << "no successful write counted on P";
+  // The repeated and shared-prefix prompts found their prefix in D's own cache (D then asks P
+  // only for the blocks after it).
+  EXPECT_GT(metric_sum(dm, "crescent_prefix_cache_hits_total"), 0);
   EXPECT_EQ(transfers(dm, "decode", "error"), 0);
   EXPECT_EQ(transfers(pm, "prefill", "error"), 0);
   EXPECT_EQ(transfers(pm, "prefill", "expired"), 0);
