@@ -20,7 +20,7 @@
 # are kept in build/demo-logs/<time>/ (printed at the start and the end).
 #
 # Knobs (environment):
-#   DEMO_NUM_PROMPTS (48)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (2)
+#   DEMO_NUM_PROMPTS (40)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (1)
 #   DEMO_MAX_CONCURRENCY (none)  DEMO_SEED (0)
 #   DEMO_LONG_INPUT_LEN (0: off) DEMO_LONG_OUTPUT_LEN (16) DEMO_LONG_NUM_PROMPTS (4): a second
 #       stream of long prompts sent beside the main one (spread over the same time), to see
@@ -38,10 +38,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo="$(pwd)"
 
-num_prompts="${DEMO_NUM_PROMPTS:-48}"
+num_prompts="${DEMO_NUM_PROMPTS:-40}"
 input_len="${DEMO_INPUT_LEN:-512}"
 output_len="${DEMO_OUTPUT_LEN:-64}"
-request_rate="${DEMO_REQUEST_RATE:-2}"
+request_rate="${DEMO_REQUEST_RATE:-1}"
 max_concurrency="${DEMO_MAX_CONCURRENCY:-}"
 seed="${DEMO_SEED:-0}"
 long_input_len="${DEMO_LONG_INPUT_LEN:-0}"
@@ -261,6 +261,10 @@ bench() {
     --save-result "$run_dir/$stem.json" > "$run_dir/bench-$stem.log" 2>&1 &
   local bench_pid=$!
   stage="the $label benchmark"
+  if [[ "$request_rate" != inf ]]; then
+    echo "   (requests are sent for $(awk -v n="$num_prompts" -v r="$request_rate" 'BEGIN { printf "%.0f", n / r }') s;" \
+      "the report follows when the last one ends; live output in bench-$stem.log)"
+  fi
   if ((${#long_args[@]})); then
     echo "   beside it, long prompts: crescent bench serve --base-url $url ${long_args[*]} --label $label-long --save-result $stem-long.json"
     "$bin" bench serve --base-url "$url" "${long_args[@]}" --label "$label-long" \

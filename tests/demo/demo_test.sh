@@ -11,6 +11,7 @@
 #                 its log, exits 1 and leaves nothing running.
 #   interrupted   SIGINT to the demo (as Ctrl-C) during the 1P1D benchmark: exit 130, nothing
 #                 left running.
+#   bad-knobs     bad DEMO_* values are refused with a message before anything starts.
 #   compare       `crescent bench compare` on hand-written results: the table's values and
 #                 ratios, the sentence's directions, setting differences, and bad input.
 # --sanitized: the binary is an ASan/TSan build (several times slower): fewer, shorter prompts.
@@ -217,6 +218,23 @@ JSON
     check_error 2 'expected two result files' "$a"
     check_error 2 '--labels expects two names' --labels onlyone "$a" "$b"
     check_error 2 '--explain expects none or pd' --explain why "$a" "$b"
+    ;;
+  bad-knobs)
+    # Checked before anything is built or started: a message naming the knob, exit 1.
+    check_knob() {  # check_knob PATTERN VAR=VALUE...
+      local pattern="$1" rc=0
+      shift
+      env "${common_env[@]}" "$@" bash "$repo/scripts/demo.sh" > "$out_dir/output.txt" 2>&1 || rc=$?
+      ((rc == 1)) || { cat "$out_dir/output.txt"; fail "$* gave exit $rc, not 1"; }
+      expect_in "$out_dir/output.txt" "$pattern" "the message for $*"
+      grep -q '(pid ' "$out_dir/output.txt" && fail "$* started processes"
+      return 0
+    }
+    check_knob "num_prompts must be a whole number, got 'many'" DEMO_NUM_PROMPTS=many
+    check_knob "DEMO_REQUEST_RATE must be a number of requests/s or inf, got 'fast'" DEMO_REQUEST_RATE=fast
+    check_knob "DEMO_PROXY_PORT must be a port \\(0..65535\\), got '70000'" DEMO_PROXY_PORT=70000
+    check_knob "must be positive" DEMO_OUTPUT_LEN=0
+    check_knob "is not an executable" CRESCENT_BIN=/nonexistent/crescent
     ;;
   *)
     echo "demo_test: unknown scenario '$scenario'" >&2
