@@ -98,7 +98,7 @@ if [[ ! -f "$model/config.json" ]]; then
   echo "== make the model: crescent make-model --preset $model_preset --out $model"
   mkdir -p "$(dirname "$model")"
   tmp_model="$model.tmp.$$"
-  "$bin" make-model --preset "$model_preset" --out "$tmp_model" >/dev/null
+  "$bin" make-model --preset "$model_preset" --out "$tmp_model"
   # Another run may have made it meanwhile: keep theirs.
   mv -T "$tmp_model" "$model" 2>/dev/null || rm -rf "$tmp_model"
 fi
