@@ -214,11 +214,18 @@ Direction direction(double r) {
   return Direction::kSame;
 }
 
-struct Finding {
-  const char* what;  // "TPOT p99"
+// One figure of a finding: "TPOT" + "p99" reads "TPOT p99".
+struct Figure {
+  const char* statistic;  // "p99", "median"; empty for a figure on its own
   const char* key;
-  const char* also_what;  // a second figure of the same kind, shown as a ratio only
-  const char* also_key;
+};
+
+// A kind of figure the sentence talks about. Of its figures, the one that differs most (as a
+// ratio) leads; the other follows as a ratio.
+struct Finding {
+  const char* what;  // "TPOT"
+  Figure first;
+  Figure second;  // key nullptr: none
   const char* unit;
   // Why, when A is disaggregated and B colocated, for A lower / higher than B.
   const char* why_lower;
@@ -226,27 +233,48 @@ struct Finding {
 };
 
 constexpr Finding kFindings[] = {
-    {"TPOT p99", "p99_tpot_ms", "median", "median_tpot_ms", " ms",
+    {"TPOT",
+     {"p99", "p99_tpot_ms"},
+     {"median", "median_tpot_ms"},
+     " ms",
      "the decode engine's steps never wait behind a prefill",
      "the decode engine has only part of the cores, and prefills seldom stalled the colocated "
      "server's decode steps"},
-    {"TTFT median", "median_ttft_ms", "p99", "p99_ttft_ms", " ms",
+    {"TTFT",
+     {"median", "median_ttft_ms"},
+     {"p99", "p99_ttft_ms"},
+     " ms",
      "prompts never queue behind the colocated server's decode steps",
      "each prompt goes through the proxy, is prefilled on part of the cores, and its KV "
      "crosses to the decode engine before the first token"},
-    {"output throughput", "output_throughput", nullptr, nullptr, " tok/s",
+    {"output throughput",
+     {"", "output_throughput"},
+     {"", nullptr},
+     " tok/s",
      "neither engine can lend its cores to the other when it idles",
      "prefill and decode run in parallel on their own cores"},
 };
+
+std::string figure_name(const Finding& f, const Figure& figure) {
+  return figure.statistic[0] == '\0' ? f.what : std::string(f.what) + " " + figure.statistic;
+}
 
 std::string sentence(const BenchRun& a, const BenchRun& b, bool explain_pd) {
   std::string out = a.label + " vs " + b.label + ":";
   bool first = true;
   std::vector<std::string> same;
   for (const Finding& f : kFindings) {
-    auto va = number(a.result, f.key);
-    auto vb = number(b.result, f.key);
-    auto r = ratio(va, vb);
+    const Figure* lead = &f.first;
+    const Figure* other = f.second.key != nullptr ? &f.second : nullptr;
+    auto r = ratio(number(a.result, lead->key), number(b.result, lead->key));
+    std::optional<double> r_other;
+    if (other != nullptr) {
+      r_other = ratio(number(a.result, other->key), number(b.result, other->key));
+      if (r_other && (!r || std::abs(std::log(*r_other)) > std::abs(std::log(*r)))) {
+        std::swap(lead, other);
+        std::swap(r, r_other);
+      }
+    }
     if (!r) {
       continue;
     }
@@ -257,12 +285,11 @@ std::string sentence(const BenchRun& a, const BenchRun& b, bool explain_pd) {
     }
     out += first ? " " : "; ";
     first = false;
-    out += f.what + std::string(" is ") + format_ratio(r) + " (" + format_value(va, 1) + " vs " +
-           format_value(vb, 1) + f.unit;
-    if (f.also_key != nullptr) {
-      if (auto also = ratio(number(a.result, f.also_key), number(b.result, f.also_key))) {
-        out += std::string(", ") + f.also_what + " " + format_ratio(also);
-      }
+    out += figure_name(f, *lead) + " is " + format_ratio(r) + " (" +
+           format_value(number(a.result, lead->key), 1) + " vs " +
+           format_value(number(b.result, lead->key), 1) + f.unit;
+    if (other != nullptr && r_other) {
+      out += std::string(", ") + other->statistic + " " + format_ratio(r_other);
     }
     out += ")";
     if (explain_pd) {

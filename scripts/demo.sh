@@ -101,6 +101,7 @@ if [[ ! -f "$model/config.json" ]]; then
   "$bin" make-model --preset "$model_preset" --out "$tmp_model"
   # Another run may have made it meanwhile: keep theirs.
   mv -T "$tmp_model" "$model" 2>/dev/null || rm -rf "$tmp_model"
+  echo "   model ready in $model"
 fi
 
 run_dir="$log_root/$(date +%Y%m%d-%H%M%S)"
@@ -326,7 +327,7 @@ start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1
 listening_port proxy
 proxy_port="${port_of[proxy]}"
 wait_ready proxy "$proxy_port" /health
-echo "   ready after $(elapsed): bootstrap :$bootstrap_port, prefill :$prefill_port," \
+echo "   ready at +$(elapsed): bootstrap :$bootstrap_port, prefill :$prefill_port," \
   "decode :$decode_port, proxy :$proxy_port (KV over $kv_transport)"
 bench 1P1D 1p1d "$proxy_port"
 echo "== stopping the 1P1D cluster"
@@ -340,7 +341,7 @@ start colocated serve "${serve_args[@]}" --port "${DEMO_BOTH_PORT:-0}" --role bo
 listening_port colocated
 both_port="${port_of[colocated]}"
 wait_ready colocated "$both_port" /health
-echo "   ready after $(elapsed): colocated :$both_port"
+echo "   ready at +$(elapsed): colocated :$both_port"
 bench colocated colocated "$both_port"
 echo "== stopping the colocated server"
 stop_processes colocated

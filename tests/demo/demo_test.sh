@@ -185,7 +185,7 @@ JSON
     expect_in "$out" '^Median TTFT \(ms\) +140.00 +100.00 +1.40x$' "median TTFT and its ratio"
     expect_in "$out" '^P99 TPOT \(ms\) +30.00 +60.00 +0.50x$' "TPOT p99 and its ratio"
     expect_in "$out" '^Failed requests +0 +1 *$' "failed requests"
-    expect_in "$out" "^disagg vs together: TPOT p99 is 0.50x \\(30.0 vs 60.0 ms, median 0.50x\\): the decode engine's steps never wait behind a prefill; TTFT median is 1.40x \\(140.0 vs 100.0 ms, p99 1.50x\\): each prompt goes through the proxy" \
+    expect_in "$out" "^disagg vs together: TPOT p99 is 0.50x \\(30.0 vs 60.0 ms, median 0.50x\\): the decode engine's steps never wait behind a prefill; TTFT p99 is 1.50x \\(300.0 vs 200.0 ms, median 1.40x\\): each prompt goes through the proxy" \
       "the sentence: TPOT lower, TTFT higher, each with its reason"
     expect_in "$out" 'output throughput within 10%\.' "throughput about the same"
     expect_in "$out" 'Failed requests: 0 \(disagg\) and 1 \(together\)' "the failures named"
@@ -193,9 +193,14 @@ JSON
 
     # Reversed, with --labels and no explanation: directions flip, no reasons.
     "$crescent" bench compare --labels X,Y "$b" "$a" > "$out" 2>&1 || { cat "$out"; fail "compare exited non-zero"; }
-    expect_in "$out" '^X vs Y: TPOT p99 is 2.00x \(60.0 vs 30.0 ms, median 2.00x\); TTFT median is 0.71x' \
+    expect_in "$out" '^X vs Y: TPOT p99 is 2.00x \(60.0 vs 30.0 ms, median 2.00x\); TTFT p99 is 0.67x \(200.0 vs 300.0 ms, median 0.71x\); output throughput within 10%\. Failed requests: 1 \(X\) and 0 \(Y\)' \
       "the reversed sentence"
     grep -q 'decode engine' "$out" && fail "reasons printed without --explain pd"
+
+    # Only TTFT p99 differs: it leads, the median follows as a ratio.
+    sed -e 's/"median_ttft_ms": 140.0/"median_ttft_ms": 105.0/' "$a" > "$out_dir/d.json"
+    "$crescent" bench compare --explain pd "$out_dir/d.json" "$b" > "$out" 2>&1 || fail "compare exited non-zero"
+    expect_in "$out" 'TTFT p99 is 1.50x \(300.0 vs 200.0 ms, median 1.05x\)' "TTFT p99 leading when the median is alike"
 
     # Different settings are pointed out.
     sed 's/"request_rate": 2.0/"request_rate": 4.0/' "$b" > "$out_dir/c.json"
