@@ -96,7 +96,14 @@ case "$scenario" in
              bench-1p1d.log bench-colocated.log compare.txt; do
       [[ -s "$run_dir/$f" ]] || fail "$run_dir/$f is missing or empty"
     done
-    expect_in "$run_dir/prefill.log" 'registered|bootstrap' "the prefill registered with the bootstrap"
+    expect_in "$run_dir/prefill.log" '^crescent serve: bootstrap http://127\.0\.0\.1:[0-9]+' \
+      "the prefill registered with the standalone bootstrap"
+    expect_in "$run_dir/prefill.log" 'kv connector: decode engine .* connected' \
+      "the decode engine fetched KV from the prefill engine"
+    if grep -l -E 'ERROR: AddressSanitizer|WARNING: ThreadSanitizer|runtime error:|ERROR: LeakSanitizer' \
+         "$run_dir"/*.log; then
+      fail "a sanitizer report in the logs above"
+    fi
     check_nothing_left "$out"
     ;;
   process-dies)
