@@ -97,6 +97,7 @@ struct Row {
   const char* title;  // empty key: a section header
   const char* key;
   int decimals;
+  bool is_optional = false;  // left out when neither file has it (a --metric-percentiles choice)
 };
 
 constexpr Row kRows[] = {
@@ -109,16 +110,20 @@ constexpr Row kRows[] = {
     {"Time to First Token", "", 0},
     {"Mean TTFT (ms)", "mean_ttft_ms", 2},
     {"Median TTFT (ms)", "median_ttft_ms", 2},
+    {"P90 TTFT (ms)", "p90_ttft_ms", 2, true},
     {"P99 TTFT (ms)", "p99_ttft_ms", 2},
     {"Time per Output Token (excl. 1st token)", "", 0},
     {"Mean TPOT (ms)", "mean_tpot_ms", 2},
     {"Median TPOT (ms)", "median_tpot_ms", 2},
+    {"P90 TPOT (ms)", "p90_tpot_ms", 2, true},
     {"P99 TPOT (ms)", "p99_tpot_ms", 2},
     {"Inter-token Latency", "", 0},
     {"Median ITL (ms)", "median_itl_ms", 2},
+    {"P90 ITL (ms)", "p90_itl_ms", 2, true},
     {"P99 ITL (ms)", "p99_itl_ms", 2},
     {"End-to-end Latency", "", 0},
     {"Mean E2EL (ms)", "mean_e2el_ms", 2},
+    {"Median E2EL (ms)", "median_e2el_ms", 2, true},
     {"P99 E2EL (ms)", "p99_e2el_ms", 2},
 };
 
@@ -146,6 +151,9 @@ std::string table(const BenchRun& a, const BenchRun& b) {
     }
     auto va = number(a.result, row.key);
     auto vb = number(b.result, row.key);
+    if (!va && !vb && row.is_optional) {
+      continue;
+    }
     bool is_count = row.decimals == 0;
     out += pad_right(row.title, kTitle) + pad_left(format_value(va, row.decimals), kValue) +
            pad_left(format_value(vb, row.decimals), kValue) +

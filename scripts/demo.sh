@@ -20,7 +20,7 @@
 # are kept in build/demo-logs/<time>/ (printed at the start and the end).
 #
 # Knobs (environment):
-#   DEMO_NUM_PROMPTS (40)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (1)
+#   DEMO_NUM_PROMPTS (60)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (2)
 #   DEMO_MAX_CONCURRENCY (none)  DEMO_SEED (0)
 #   DEMO_LONG_INPUT_LEN (0: off) DEMO_LONG_OUTPUT_LEN (16) DEMO_LONG_NUM_PROMPTS (4): a second
 #       stream of long prompts sent beside the main one (spread over the same time), to see
@@ -38,10 +38,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo="$(pwd)"
 
-num_prompts="${DEMO_NUM_PROMPTS:-40}"
+num_prompts="${DEMO_NUM_PROMPTS:-60}"
 input_len="${DEMO_INPUT_LEN:-512}"
 output_len="${DEMO_OUTPUT_LEN:-64}"
-request_rate="${DEMO_REQUEST_RATE:-1}"
+request_rate="${DEMO_REQUEST_RATE:-2}"
 max_concurrency="${DEMO_MAX_CONCURRENCY:-}"
 seed="${DEMO_SEED:-0}"
 long_input_len="${DEMO_LONG_INPUT_LEN:-0}"
@@ -240,7 +240,7 @@ wait_ready() {
 bench_args=(--model "$model" --dataset-name random --random-input-len "$input_len"
             --random-output-len "$output_len" --num-prompts "$num_prompts"
             --request-rate "$request_rate" --seed "$seed" --no-progress
-            --request-timeout-s "$bench_timeout_s")
+            --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
 [[ -z "$max_concurrency" ]] || bench_args+=(--max-concurrency "$max_concurrency")
 long_args=()
 if ((long_input_len > 0)); then
@@ -250,7 +250,7 @@ if ((long_input_len > 0)); then
   long_args=(--model "$model" --dataset-name random --random-input-len "$long_input_len"
              --random-output-len "$long_output_len" --num-prompts "$long_num_prompts"
              --request-rate "$long_rate" --burstiness inf --seed "$((seed + 1))" --no-progress
-             --request-timeout-s "$bench_timeout_s")
+             --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
 fi
 
 # bench LABEL FILE_STEM PORT: the benchmark against 127.0.0.1:PORT, watching every process.

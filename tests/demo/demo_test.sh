@@ -197,6 +197,12 @@ JSON
     expect_in "$out" 'output throughput within 10%\.' "throughput about the same"
     expect_in "$out" 'Failed requests: 0 \(disagg\) and 1 \(together\)' "the failures named"
     grep -q 'note: the runs differ' "$out" && fail "the same settings were reported as different"
+    grep -q '^P90 ' "$out" && fail "P90 rows shown though neither file has p90 figures"
+
+    # A p90 figure in one file only: its row, with '-' for the other.
+    sed 's/"p99_ttft_ms": 300.0/"p90_ttft_ms": 250.0, "p99_ttft_ms": 300.0/' "$a" > "$out_dir/e.json"
+    "$crescent" bench compare "$out_dir/e.json" "$b" > "$out" 2>&1 || fail "compare exited non-zero"
+    expect_in "$out" '^P90 TTFT \(ms\) +250.00 +- +-$' "an optional row present in one file"
 
     # Reversed, with --labels and no explanation: directions flip, no reasons.
     "$crescent" bench compare --labels X,Y "$b" "$a" > "$out" 2>&1 || { cat "$out"; fail "compare exited non-zero"; }
