@@ -154,10 +154,13 @@ std::string table(const BenchRun& a, const BenchRun& b) {
     if (!va && !vb && row.is_optional) {
       continue;
     }
-    bool is_count = row.decimals == 0;
-    out += pad_right(row.title, kTitle) + pad_left(format_value(va, row.decimals), kValue) +
-           pad_left(format_value(vb, row.decimals), kValue) +
-           pad_left(is_count ? "" : format_ratio(ratio(va, vb)), kRatio) + "\n";
+    std::string line = pad_right(row.title, kTitle) +
+                       pad_left(format_value(va, row.decimals), kValue) +
+                       pad_left(format_value(vb, row.decimals), kValue);
+    if (row.decimals > 0) {  // counts get no ratio
+      line += pad_left(format_ratio(ratio(va, vb)), kRatio);
+    }
+    out += line + "\n";
   }
   out += std::string(width, '=') + "\n";
   return out;
