@@ -173,10 +173,12 @@ class PdFaultTest : public ::testing::Test {
     // Whatever the fault did, no process crashed, and each still shuts down cleanly.
     std::string problems = pd_.stop_all();
     EXPECT_TRUE(problems.empty()) << problems;
-    if (HasFailure() || std::getenv("CRESCENT_TEST_VERBOSE") != nullptr) {
+    bool verbose = std::getenv("CRESCENT_TEST_VERBOSE") != nullptr;
+    if (HasFailure() || verbose) {
       std::string out = pd_.outputs();
-      std::printf("---- process output (last 8000 bytes) ----\n%s\n",
-                  (out.size() > 8000 ? out.substr(out.size() - 8000) : out).c_str());
+      size_t max_bytes = verbose ? out.size() : 8000;
+      std::printf("---- process output (last %zu bytes) ----\n%s\n", max_bytes,
+                  (out.size() > max_bytes ? out.substr(out.size() - max_bytes) : out).c_str());
     }
   }
   // Both sides back to no blocks in use.
