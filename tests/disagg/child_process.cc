@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,18 +66,27 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
     envp.push_back(e.data());
   }
   envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (rc != 0) {
+  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: a test binary that dies
+  // (crash, abort, timeout kill) takes its servers with it instead of leaving them running.
+  // Only async-signal-safe calls between fork and exec.
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
     close(fds[0]);
-    return internal_error("cannot start " + args[0] + " for " + name);
+    close(fds[1]);
+    return internal_error("fork failed for " + name);
   }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) {
+      _exit(127);  // the parent died before prctl took effect
+    }
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(fds[1]);
   return std::unique_ptr<ChildProcess>(new ChildProcess(std::move(name), pid, fds[0]));
 }
 

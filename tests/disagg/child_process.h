@@ -21,7 +21,8 @@ namespace crescent::testing {
 class ChildProcess {
  public:
   // Starts `crescent args...` (the build's binary, or $CRESCENT_TEST_BINARY when set); name
-  // labels its output in failure messages.
+  // labels its output in failure messages. The child is SIGKILLed when the calling thread
+  // exits (PR_SET_PDEATHSIG), so call this from a thread that outlives it (the test's).
   static Result<std::unique_ptr<ChildProcess>> start(std::string name,
                                                      std::vector<std::string> args);
   ~ChildProcess();
