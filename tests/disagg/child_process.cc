@@ -127,6 +127,12 @@ void ChildProcess::drain() {
   }
 }
 
+void ChildProcess::wait_drained() {
+  if (!is_running() && drain_thread_.joinable()) {
+    drain_thread_.join();  // the pipe reaches EOF once the child is gone
+  }
+}
+
 std::string ChildProcess::output() const {
   std::lock_guard<std::mutex> lock(mu_);
   return output_;

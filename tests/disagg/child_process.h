@@ -50,6 +50,8 @@ class ChildProcess {
 
   const std::string& name() const { return name_; }
   pid_t pid() const { return pid_; }
+  // Once the process has exited: waits until its output has been read to the end.
+  void wait_drained();
   // Everything written so far, each line prefixed with "[name] ".
   std::string output() const;
 

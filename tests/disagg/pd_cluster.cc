@@ -200,18 +200,7 @@ std::string PdPair::stop_all(int timeout_s) {
   }
   auto deadline = Deadline::after(std::chrono::seconds(timeout_s));
   for (auto& [name, node] : nodes) {
-    if (!node->process) {
-      continue;
-    }
-    // A sanitizer report counts even from a process the test killed.
-    std::string out = node->process->output();
-    for (const char* marker : {"ERROR: AddressSanitizer", "WARNING: ThreadSanitizer",
-                               "runtime error:", "ERROR: LeakSanitizer"}) {
-      if (auto pos = out.find(marker); pos != std::string::npos) {
-        problems += std::string(name) + " reported: " + out.substr(pos, 200) + "; ";
-      }
-    }
-    if (node->process->was_killed() || node->process->exit_code() >= 0) {
+    if (!node->process || node->process->was_killed() || node->process->exit_code() >= 0) {
       continue;
     }
     int code = node->process->wait_exit(deadline);
@@ -220,6 +209,21 @@ std::string PdPair::stop_all(int timeout_s) {
                   (code < 0 ? " did not exit on SIGTERM in time"
                             : " exited with code " + std::to_string(code)) +
                   "; ";
+    }
+  }
+  // A sanitizer report (printed at the latest when the process exits) counts even from a
+  // process the test killed.
+  for (auto& [name, node] : nodes) {
+    if (!node->process || node->process->is_running()) {
+      continue;
+    }
+    node->process->wait_drained();
+    std::string out = node->process->output();
+    for (const char* marker : {"ERROR: AddressSanitizer", "WARNING: ThreadSanitizer",
+                               "runtime error:", "ERROR: LeakSanitizer"}) {
+      if (auto pos = out.find(marker); pos != std::string::npos) {
+        problems += std::string(name) + " reported:\n" + out.substr(pos, 4000) + "\n";
+      }
     }
   }
   return problems;

@@ -78,7 +78,8 @@ TEST(PdTopologyTest, ExternalBootstrapServer) {
   ASSERT_TRUE(proxy.is_ok()) << proxy.status().to_string();
   pd->proxy = std::move(*proxy);
   expect_requests_succeed(*pd, 6);
-  EXPECT_EQ(pd->stop_all(), "");
+  std::string problems = pd->stop_all();
+  EXPECT_TRUE(problems.empty()) << problems;
   print_on_failure(*pd, &*bootstrap);
 }
 
@@ -97,7 +98,8 @@ TEST(PdTopologyTest, TwoDataParallelPrefillRanks) {
   EXPECT_NE(q["0"]["engine_id"], q["1"]["engine_id"]) << r->body;
   // Round-robin over the ranks: every request's prefill half lands on the rank D asks.
   expect_requests_succeed(*pd, 8);
-  EXPECT_EQ(pd->stop_all(), "");
+  std::string problems = pd->stop_all();
+  EXPECT_TRUE(problems.empty()) << problems;
   print_on_failure(*pd);
 }
 
