@@ -36,7 +36,6 @@
 # Exit status: 0 when both runs completed every request; 1 otherwise (the reason is printed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-repo="$(pwd)"
 
 num_prompts="${DEMO_NUM_PROMPTS:-60}"
 input_len="${DEMO_INPUT_LEN:-512}"
@@ -74,7 +73,9 @@ done
 for port_knob in DEMO_BOOTSTRAP_PORT DEMO_PREFILL_PORT DEMO_DECODE_PORT DEMO_PROXY_PORT \
                  DEMO_BOTH_PORT; do
   value="${!port_knob:-0}"
-  is_uint "$value" && ((value < 65536)) || die "$port_knob must be a port (0..65535), got '$value'"
+  if ! is_uint "$value" || ((value >= 65536)); then
+    die "$port_knob must be a port (0..65535), got '$value'"
+  fi
 done
 
 started_at=$(date +%s)
@@ -219,6 +220,7 @@ listening_port() {
 
 # The HTTP status of GET http://127.0.0.1:PORT/PATH, or 000 (bash's /dev/tcp: no curl needed).
 http_status() {
+  # shellcheck disable=SC2016  # expanded by the inner bash
   timeout 5 bash -c '
     exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 1
     printf "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" "$1" >&3
@@ -237,6 +239,7 @@ wait_ready() {
   die "$name did not answer 200 on http://127.0.0.1:$port$path within $startup_timeout_s s (last: $code; see ${log_of[$name]})"
 }
 
+# shellcheck disable=SC2054  # "90,99" is one argument
 bench_args=(--model "$model" --dataset-name random --random-input-len "$input_len"
             --random-output-len "$output_len" --num-prompts "$num_prompts"
             --request-rate "$request_rate" --seed "$seed" --no-progress
@@ -247,6 +250,7 @@ if ((long_input_len > 0)); then
   # Spread over the main stream's schedule: num_prompts / rate seconds.
   long_rate=$(awk -v n="$long_num_prompts" -v m="$num_prompts" -v r="$request_rate" \
     'BEGIN { if (r == "inf") print "inf"; else printf "%.4f", n * r / m }')
+  # shellcheck disable=SC2054  # "90,99" is one argument
   long_args=(--model "$model" --dataset-name random --random-input-len "$long_input_len"
              --random-output-len "$long_output_len" --num-prompts "$long_num_prompts"
              --request-rate "$long_rate" --burstiness inf --seed "$((seed + 1))" --no-progress
