@@ -213,18 +213,33 @@ void ControlChannel::read_loop() {
 }
 
 void ControlChannel::write_loop() {
-  TimePoint last_tx = Clock::now();
+  // Heartbeats go out every interval whatever else is sent: the peer answers each one, and
+  // that answer is what keeps this side's liveness check satisfied while the peer has nothing
+  // else to say (a prefill engine in a long prefill). Basing them on "time since the last
+  // frame of any kind" starved them under a steady stream of ASKs and dropped live peers.
+  TimePoint last_heartbeat = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (is_reader_done_)
       break;
-    if (!queue_.empty() && !(is_closing_ && !is_graceful_)) {
+    const bool sending_allowed = !(is_closing_ && !is_graceful_);
+    if (options_.sends_heartbeats && sending_allowed && !is_closing_ &&
+        Clock::now() >= last_heartbeat + options_.heartbeat_interval) {
+      lock.unlock();
+      Status s = net::write_frame(fd_, static_cast<uint16_t>(protocol::MessageType::kHeartbeat), "",
+                                  Deadline::after(options_.io_timeout));
+      last_heartbeat = Clock::now();
+      if (!s.is_ok())
+        abort(s.with_context("heartbeat to " + options_.peer_name));
+      lock.lock();
+      continue;
+    }
+    if (!queue_.empty() && sending_allowed) {
       Outgoing out = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
       Status s = net::write_frame(fd_, static_cast<uint16_t>(out.type), out.payload,
                                   Deadline::after(options_.io_timeout));
-      last_tx = Clock::now();
       if (!s.is_ok())
         abort(s.with_context("writing to " + options_.peer_name));
       lock.lock();
@@ -239,18 +254,7 @@ void ControlChannel::write_loop() {
       break;
     }
     if (options_.sends_heartbeats) {
-      TimePoint due = last_tx + options_.heartbeat_interval;
-      if (Clock::now() >= due) {
-        lock.unlock();
-        Status s = net::write_frame(fd_, static_cast<uint16_t>(protocol::MessageType::kHeartbeat),
-                                    "", Deadline::after(options_.io_timeout));
-        last_tx = Clock::now();
-        if (!s.is_ok())
-          abort(s.with_context("heartbeat to " + options_.peer_name));
-        lock.lock();
-        continue;
-      }
-      cv_.wait_until(lock, due);
+      cv_.wait_until(lock, last_heartbeat + options_.heartbeat_interval);
     } else {
       cv_.wait(lock);
     }
