@@ -47,6 +47,7 @@ Status DisaggFlags::validate() {
   if (!transfer::is_transport_available(*transport)) {
     return invalid_argument("--kv-transport " + kv_transport + " is not available in this build");
   }
+  parsed_transport = *transport;
   if (!(kv_transfer_timeout_s > 0) || kv_transfer_timeout_s > 24 * 3600) {
     return invalid_argument("--kv-transfer-timeout must be between 0 and 86400 seconds");
   }
@@ -186,7 +187,7 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   const engine::TransformerRunner& runner = *rank.loaded->runner;
   disagg::DisaggOptions options;
   options.engine_id = rank.engine_id;
-  options.transport = transfer::parse_transport(disagg.kv_transport).value();
+  options.transport = disagg.parsed_transport;
   options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
   options.accept_asks = role_ == ServeRole::kPrefill;
   options.transfer_timeout = std::chrono::milliseconds(

@@ -32,9 +32,10 @@ struct DisaggFlags {
   std::string kv_listen_host;  // the connector's control listener; empty: --host
 
   void add_to(FlagParser& flags);
-  // Checks values and combinations; fills parsed_role.
+  // Checks values and combinations; fills parsed_role and parsed_transport.
   Status validate();
   ServeRole parsed_role = ServeRole::kBoth;
+  transfer::TransportKind parsed_transport = transfer::TransportKind::kShm;
 };
 
 class ServeDeployment {
