@@ -65,8 +65,11 @@ check_nothing_left() {
   fi
 }
 
-# The model: the tiny preset in the test tree's shared test-models/ (made by the demo if absent).
-model_dir="$(dirname "$work_dir")/test-models/tiny"
+# The model: the tiny preset, made by the demo itself (under a second), in this scenario's own
+# directory. Own, not the tree's shared test-models/: ctest runs scenarios (and other tests
+# serving the tiny model) in parallel, so a shared path would let the "nothing left on the
+# model directory" check below see their processes, and two demos could write it at once.
+model_dir="$out_dir/model"
 common_env=(DEMO_SKIP_BUILD=1 CRESCENT_BIN="$crescent" DEMO_MODEL_DIR="$model_dir"
             DEMO_MODEL_PRESET=tiny DEMO_LOG_DIR="$out_dir/logs" DEMO_CORES=2
             DEMO_INPUT_LEN=32 DEMO_OUTPUT_LEN=8)
