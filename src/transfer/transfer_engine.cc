@@ -352,14 +352,24 @@ class TcpLink final : public Link {
     std::string notification;
     std::shared_ptr<NotifyWait> notify_wait;
   };
+  // A piece (or group) on the wire. It is finished by whichever thread comes last: the sender
+  // once its sendmsg returned (it no longer reads the memory), the receiver once the peer
+  // answered or the connection died. Finishing earlier would let the owner reuse memory that
+  // the sender may still be reading.
+  struct InFlight {
+    std::vector<Piece> pieces;  // one piece, or a group
+    bool is_sent = false;
+    bool is_answered = false;
+    std::vector<Status> statuses;  // one per piece, once answered
+  };
   struct Conn {
     Fd fd;
     std::mutex mu;  // queue, is_sender_done
     std::condition_variable cv;
     std::deque<Item> queue;
     bool is_sender_done = false;
-    std::mutex pending_mu;                                     // pending, is_receiver_done
-    std::unordered_map<uint64_t, std::vector<Piece>> pending;  // one piece, or a group
+    std::mutex pending_mu;  // pending, is_receiver_done
+    std::unordered_map<uint64_t, InFlight> pending;
     bool is_receiver_done = false;
     uint64_t next_piece_id = 1;
     std::thread sender;
@@ -435,14 +445,15 @@ class TcpLink final : public Link {
           failure = unavailable("connection to peer closed");
           break;
         }
-        std::vector<Piece> one;
-        one.push_back(std::move(p));
+        InFlight one;
+        one.pieces.push_back(std::move(p));
         c.pending.emplace(id, std::move(one));
       }
       iovec iov[3] = {{header, sizeof(header)},
                       {w.str().data(), w.str().size()},
                       {local, is_write ? length : 0}};
       Status s = net::write_all(c.fd, iov, io_deadline(io_timeout_));
+      mark_sent(c, id);
       if (!s.is_ok()) {
         failure = s;
         break;
@@ -480,17 +491,69 @@ class TcpLink final : public Link {
         break;
     }
     fail(failure);
-    std::unordered_map<uint64_t, std::vector<Piece>> left;
+    std::vector<Piece> left;
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       c.is_receiver_done = true;
-      left.swap(c.pending);
+      // What the sender is still writing stays: mark_sent() finishes it.
+      for (auto it = c.pending.begin(); it != c.pending.end();) {
+        if (!it->second.is_sent) {
+          ++it;
+          continue;
+        }
+        for (auto& p : it->second.pieces) {
+          left.push_back(std::move(p));
+        }
+        it = c.pending.erase(it);
+      }
     }
     Status why = broken_.reason(failure);
-    for (auto& [id, pieces] : left) {
-      for (auto& p : pieces) {
-        sink_->finish(p, why);
+    for (auto& p : left) {
+      sink_->finish(p, why);
+    }
+  }
+
+  // The sender's write of `id` returned. Finishes it if the peer already answered or can no
+  // longer answer.
+  void mark_sent(Conn& c, uint64_t id) {
+    InFlight done;
+    bool is_receiver_done = false;
+    {
+      std::lock_guard<std::mutex> lock(c.pending_mu);
+      auto it = c.pending.find(id);
+      CRESCENT_CHECK(it != c.pending.end());
+      it->second.is_sent = true;
+      if (!it->second.is_answered && !c.is_receiver_done)
+        return;
+      is_receiver_done = !it->second.is_answered;
+      done = std::move(it->second);
+      c.pending.erase(it);
+    }
+    Status why;
+    if (is_receiver_done)
+      why = broken_.reason(unavailable("connection to peer closed"));
+    for (size_t i = 0; i < done.pieces.size(); ++i) {
+      sink_->finish(done.pieces[i], is_receiver_done ? why : done.statuses[i]);
+    }
+  }
+
+  // The peer answered `id`. Finishes it unless the sender is still writing it.
+  void mark_answered(Conn& c, uint64_t id, std::vector<Status> statuses) {
+    InFlight done;
+    {
+      std::lock_guard<std::mutex> lock(c.pending_mu);
+      auto it = c.pending.find(id);
+      CRESCENT_CHECK(it != c.pending.end());
+      if (!it->second.is_sent) {
+        it->second.is_answered = true;
+        it->second.statuses = std::move(statuses);
+        return;
       }
+      done = std::move(it->second);
+      c.pending.erase(it);
+    }
+    for (size_t i = 0; i < done.pieces.size(); ++i) {
+      sink_->finish(done.pieces[i], statuses[i]);
     }
   }
 
@@ -520,10 +583,10 @@ class TcpLink final : public Link {
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       auto it = c.pending.find(id);
-      if (it == c.pending.end() || it->second.size() != 1)
+      if (it == c.pending.end() || it->second.pieces.size() != 1 || it->second.is_answered)
         return data_loss("reply for an unknown piece from peer");
       // Stays in `pending` while bytes land in its memory, so a failure mid-read finishes it.
-      p = it->second[0];
+      p = it->second.pieces[0];
     }
     Status op_status;
     if (code != 0) {
@@ -541,11 +604,9 @@ class TcpLink final : public Link {
     } else if (data_bytes != 0) {
       return data_loss("ACK carries data");
     }
-    {
-      std::lock_guard<std::mutex> lock(c.pending_mu);
-      c.pending.erase(id);
-    }
-    sink_->finish(p, op_status);
+    std::vector<Status> statuses;
+    statuses.push_back(std::move(op_status));
+    mark_answered(c, id, std::move(statuses));
     return Status::ok();
   }
 
@@ -589,9 +650,13 @@ class TcpLink final : public Link {
         }
         return unavailable("connection to peer closed");
       }
-      c.pending.emplace(id, std::move(group));
+      InFlight entry;
+      entry.pieces = std::move(group);
+      c.pending.emplace(id, std::move(entry));
     }
-    return net::write_all(c.fd, iov, io_deadline(io_timeout_));
+    Status s = net::write_all(c.fd, iov, io_deadline(io_timeout_));
+    mark_sent(c, id);
+    return s;
   }
 
   Status handle_group_ack(Conn& c, const net::FrameHeader& h) {
@@ -613,10 +678,10 @@ class TcpLink final : public Link {
     {
       std::lock_guard<std::mutex> lock(c.pending_mu);
       auto it = c.pending.find(id);
-      if (it == c.pending.end() || it->second.size() != n)
+      if (it == c.pending.end() || it->second.pieces.size() != n || it->second.is_answered)
         return data_loss("reply for an unknown group from peer");
       // Stays in `pending` while bytes land in its memory, so a failure mid-read finishes it.
-      group = it->second;
+      group = it->second.pieces;
     }
     ByteReader r(statuses);
     std::vector<Status> op_status;
@@ -634,13 +699,7 @@ class TcpLink final : public Link {
     if (data_bytes != expected_bytes)
       return data_loss("group reply of the wrong length");
     RETURN_IF_ERROR(net::read_exact(c.fd, iov, d));
-    {
-      std::lock_guard<std::mutex> lock(c.pending_mu);
-      c.pending.erase(id);
-    }
-    for (uint32_t i = 0; i < n; ++i) {
-      sink_->finish(group[i], op_status[i]);
-    }
+    mark_answered(c, id, std::move(op_status));
     return Status::ok();
   }
 

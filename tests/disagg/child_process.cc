@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <string_view>
 
 #include "net/http/http_client.h"
 #include "testing/test_models.h"
@@ -16,21 +15,6 @@
 extern char** environ;
 
 namespace crescent::testing {
-namespace {
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-
-}  // namespace
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
                                                           std::vector<std::string> args) {
@@ -46,26 +30,6 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return internal_error("pipe2 failed");
   }
-  // TSan builds: the children read the suppressions of known, reported races in other modules.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string_view(*e).rfind("TSAN_OPTIONS=", 0) != 0) {
-      env_strings.emplace_back(*e);
-    }
-  }
-  if (kThreadSanitizer) {
-    const char* user = std::getenv("TSAN_OPTIONS");
-    env_strings.push_back(std::string("TSAN_OPTIONS=") + (user ? std::string(user) + " " : "") +
-                          "suppressions=" CRESCENT_SOURCE_DIR
-                          "/tests/disagg/tsan_suppressions.txt");
-  } else if (const char* user = std::getenv("TSAN_OPTIONS"); user != nullptr) {
-    env_strings.push_back(std::string("TSAN_OPTIONS=") + user);
-  }
-  std::vector<char*> envp;
-  for (auto& e : env_strings) {
-    envp.push_back(e.data());
-  }
-  envp.push_back(nullptr);
   // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: a test binary that dies
   // (crash, abort, timeout kill) takes its servers with it instead of leaving them running.
   // Only async-signal-safe calls between fork and exec.
@@ -83,7 +47,7 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
     }
     dup2(fds[1], 1);
     dup2(fds[1], 2);
-    execve(argv[0], argv.data(), envp.data());
+    execve(argv[0], argv.data(), environ);
     _exit(127);
   }
   close(fds[1]);

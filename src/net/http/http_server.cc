@@ -463,7 +463,10 @@ void Writer::end() {
 
 struct Server::Impl {
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // Every acceptor operation (accept completions, close) runs on this strand: with several I/O
+  // threads an unserialized close would race the accept handler's is_open()/async_accept().
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  std::atomic<bool> accepting_closed{false};
   std::shared_ptr<ServerState> state = std::make_shared<ServerState>();
   std::vector<std::thread> threads;
   int port = 0;
@@ -537,7 +540,10 @@ int Server::port() const {
 }
 
 void Server::stop_accepting() {
-  asio::post(impl_->ioc, [impl = impl_.get()] {
+  if (impl_->accepting_closed.exchange(true)) {
+    return;
+  }
+  asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor.close(ec);
   });
