@@ -1,13 +1,15 @@
 #pragma once
 // A `crescent bootstrap` child process for tests: started with the given flags, its output
 // (stdout and stderr) captured, its port read from the "listening on http://HOST:PORT" line.
+// A thin wrapper over testing::ChildProcess.
 
-#include <sys/types.h>
-
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace crescent::testing {
+
+class ChildProcess;
 
 class BootstrapProcess {
  public:
@@ -29,13 +31,7 @@ class BootstrapProcess {
   std::string output();
 
  private:
-  void drain_output(int timeout_ms);
-  // Reaps the process if it has exited (keeping its exit code); true once it has.
-  bool has_exited();
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-  int out_fd_ = -1;
-  std::string output_;
+  std::unique_ptr<ChildProcess> child_;
 };
 
 }  // namespace crescent::testing

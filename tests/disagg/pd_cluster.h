@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "disagg/child_process.h"
+#include "testing/child_process.h"
 
 namespace crescent::testing {
 

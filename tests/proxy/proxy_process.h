@@ -1,33 +1,35 @@
 #pragma once
 // A `crescent proxy` child process for multi-process tests: started with the given flags on a
 // free port (--port 0; the port is read from its "listening on" line), and stopped with
-// SIGTERM. run_to_exit() runs the binary to completion, for usage errors and --help.
+// SIGTERM. run_proxy_to_exit() runs the binary to completion, for usage errors and --help.
+// Thin wrappers over testing::ChildProcess.
 
-#include <sys/types.h>
-
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace crescent::testing {
+
+class ChildProcess;
 
 class ProxyProcess {
  public:
   // Aborts the test binary with the process's output if it does not listen within timeout_s.
   explicit ProxyProcess(std::vector<std::string> args, int timeout_s = 30);
   ~ProxyProcess();  // SIGKILL if still running
+  ProxyProcess(const ProxyProcess&) = delete;
+  ProxyProcess& operator=(const ProxyProcess&) = delete;
 
   int port() const { return port_; }
-  // Sends SIGTERM and waits up to timeout_s; the exit code (-1: did not exit, 128+N: signal N).
+  // Sends SIGTERM and waits up to timeout_s; the exit code (-1: did not exit or was already
+  // reaped, 128+N: signal N).
   int terminate(int timeout_s = 30);
   // Everything the process wrote to stdout and stderr so far.
   std::string output();
 
  private:
-  void drain_output(int timeout_ms);
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
+  std::unique_ptr<ChildProcess> child_;
   int port_ = 0;
-  std::string output_;
 };
 
 struct ExitResult {

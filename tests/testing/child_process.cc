@@ -1,4 +1,4 @@
-#include "disagg/child_process.h"
+#include "testing/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "net/http/http_client.h"
 #include "testing/test_models.h"
@@ -48,6 +51,11 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(std::string name,
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     execve(argv[0], argv.data(), environ);
+    // Said on the pipe, so the parent's "exited before it listened" message names the cause.
+    const char kCannotExec[] = "cannot exec ";
+    (void)!write(2, kCannotExec, sizeof(kCannotExec) - 1);
+    (void)!write(2, argv[0], std::strlen(argv[0]));
+    (void)!write(2, "\n", 1);
     _exit(127);
   }
   close(fds[1]);
@@ -71,33 +79,47 @@ ChildProcess::~ChildProcess() {
 
 void ChildProcess::drain() {
   char buf[4096];
-  bool at_line_start = true;
   for (;;) {
     ssize_t n = read(out_fd_, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
-      return;  // EOF: the child (and whoever shared its pipe) is gone
+      break;  // EOF: the child (and whoever shared its pipe) is gone
     }
     std::lock_guard<std::mutex> lock(mu_);
-    for (ssize_t i = 0; i < n; ++i) {
-      if (at_line_start) {
-        output_ += "[" + name_ + "] ";
-      }
-      output_ += buf[i];
-      at_line_start = buf[i] == '\n';
-    }
+    output_.append(buf, static_cast<size_t>(n));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  drained_ = true;
+  drained_cv_.notify_all();
 }
 
-void ChildProcess::wait_drained() {
-  if (!is_running() && drain_thread_.joinable()) {
-    drain_thread_.join();  // the pipe reaches EOF once the child is gone
+bool ChildProcess::wait_drained(Deadline deadline) {
+  if (is_running()) {
+    return false;
   }
+  // The pipe reaches EOF once the child is gone, unless a process it started still holds it.
+  std::unique_lock<std::mutex> lock(mu_);
+  return drained_cv_.wait_until(lock, deadline.when(), [this] { return drained_; });
 }
 
 std::string ChildProcess::output() const {
+  std::string raw = raw_output();
+  std::string out;
+  out.reserve(raw.size() + raw.size() / 16);
+  bool at_line_start = true;
+  for (char c : raw) {
+    if (at_line_start) {
+      out += "[" + name_ + "] ";
+    }
+    out += c;
+    at_line_start = c == '\n';
+  }
+  return out;
+}
+
+std::string ChildProcess::raw_output() const {
   std::lock_guard<std::mutex> lock(mu_);
   return output_;
 }
@@ -105,7 +127,7 @@ std::string ChildProcess::output() const {
 Result<int> ChildProcess::wait_for_port(Deadline deadline) {
   const std::string marker = "listening on http://";
   while (!deadline.is_expired()) {
-    std::string out = output();
+    std::string out = raw_output();
     auto pos = out.find(marker);
     if (pos != std::string::npos) {
       auto colon = out.find(':', pos + marker.size());
@@ -149,17 +171,27 @@ void ChildProcess::signal(int sig) {
   }
 }
 
-bool ChildProcess::is_running() {
+bool ChildProcess::reap(bool block) {
   if (pid_ <= 0) {
-    return false;
+    return true;
   }
   int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    pid_ = -1;
+  pid_t r = 0;
+  do {
+    r = waitpid(pid_, &status, block ? 0 : WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) {
     return false;
   }
+  if (r == pid_) {
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  pid_ = -1;  // reaped (or, on ECHILD, not ours to wait for any more)
   return true;
+}
+
+bool ChildProcess::is_running() {
+  return !reap(/*block=*/false);
 }
 
 int ChildProcess::wait_exit(Deadline deadline) {
@@ -169,19 +201,42 @@ int ChildProcess::wait_exit(Deadline deadline) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  wait_drained();
   return exit_code_;
+}
+
+int ChildProcess::terminate(Deadline deadline) {
+  if (pid_ <= 0) {
+    return -1;
+  }
+  signal(SIGTERM);
+  return wait_exit(deadline);
 }
 
 void ChildProcess::kill_now() {
   if (pid_ > 0) {
     was_killed_ = true;
     ::kill(pid_, SIGKILL);
-    int status = 0;
-    if (waitpid(pid_, &status, 0) == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    pid_ = -1;
+    reap(/*block=*/true);
   }
+}
+
+std::unique_ptr<ChildProcess> start_or_abort(std::string name, std::vector<std::string> args) {
+  auto child = ChildProcess::start(name, std::move(args));
+  if (!child.is_ok()) {
+    std::fprintf(stderr, "cannot start crescent %s: %s\n", name.c_str(),
+                 child.status().to_string().c_str());
+    std::abort();
+  }
+  return std::move(*child);
+}
+
+void abort_not_up(ChildProcess* child, const std::string& not_up) {
+  child->wait_drained();
+  const bool exited = !child->is_running();
+  std::fprintf(stderr, "crescent %s %s:\n%s\n", child->name().c_str(),
+               exited ? "exited early" : not_up.c_str(), child->raw_output().c_str());
+  std::abort();
 }
 
 }  // namespace crescent::testing
