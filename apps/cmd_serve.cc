@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "apps/command.h"
@@ -19,6 +22,48 @@
 
 namespace crescent::apps {
 namespace {
+
+// Takes SIGTERM/SIGINT on its own thread. Before the server is ready (loading the model,
+// waiting for a bootstrap server) nothing is in flight, so a signal ends the process at once
+// instead of after the load or the registration retries; afterwards it starts the drain.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(sigset_t signals) : signals_(signals) {
+    std::thread([this] { watch(); }).detach();
+  }
+  // From here on a signal drains instead of exiting.
+  void set_ready() {
+    std::lock_guard<std::mutex> lock(mu_);
+    is_ready_ = true;
+  }
+  // Blocks until a signal arrived after set_ready(); returns it.
+  int wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  void watch() {
+    int signal_number = 0;
+    sigwait(&signals_, &signal_number);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!is_ready_) {
+      std::printf("crescent serve: %s before ready, exiting\n",
+                  signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+      std::fflush(stdout);
+      std::_Exit(0);
+    }
+    signal_ = signal_number;
+    cv_.notify_all();
+  }
+
+  sigset_t signals_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool is_ready_ = false;  // GUARDED_BY(mu_)
+  int signal_ = 0;         // GUARDED_BY(mu_)
+};
 
 struct ServeFlags {
   std::string host = "127.0.0.1";
@@ -74,6 +119,8 @@ int run_serve(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Never destroyed: its detached thread may run until the process exits.
+  static SignalWatcher* signal_watcher = new SignalWatcher(signals);
 
   // Filled once the engines exist; /metrics reads it from the server's threads.
   std::atomic<ServeDeployment*> deployment_for_metrics{nullptr};
@@ -114,6 +161,7 @@ int run_serve(const std::vector<std::string>& args) {
   auto& deployment = *deployment_or;
   server::EngineClient* client = deployment->client();
   deployment_for_metrics.store(deployment.get());
+  signal_watcher->set_ready();
   server->set_engine(client);
   if (!deployment->bootstrap_url().empty()) {
     std::printf("crescent serve: bootstrap %s\n", deployment->bootstrap_url().c_str());
@@ -123,8 +171,7 @@ int run_serve(const std::vector<std::string>& args) {
               options.served_model_name.c_str(), client->max_model_len());
   std::fflush(stdout);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  int signal_number = signal_watcher->wait();
   std::printf("crescent serve: %s, draining %d request(s)\n",
               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", server->num_in_flight());
   std::fflush(stdout);

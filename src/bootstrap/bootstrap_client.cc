@@ -107,8 +107,17 @@ Status register_with_retry(const std::string& url, const WorkerRegistration& reg
     if (deadline.is_expired()) {
       return gave_up();
     }
-    CRESCENT_LOG(kDebug) << "bootstrap: " << last.to_string() << "; retrying in " << backoff_ms
-                         << " ms";
+    if (num_attempts == 1) {
+      // Said once, so that a worker waiting for a bootstrap server that is not up does not
+      // look hung.
+      CRESCENT_LOG(kWarn)
+          << "bootstrap: cannot register with " << url << " yet (" << last.message()
+          << "); retrying for up to "
+          << std::chrono::duration_cast<std::chrono::seconds>(deadline.remaining()).count() << " s";
+    } else {
+      CRESCENT_LOG(kDebug) << "bootstrap: " << last.to_string() << "; retrying in " << backoff_ms
+                           << " ms";
+    }
     std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(
         std::chrono::milliseconds(backoff_ms), deadline.remaining()));
     if (deadline.is_expired()) {

@@ -1,11 +1,14 @@
 // Deployment shapes beyond one prefill and one decode process hosting their own bootstrap:
 // a standalone `crescent bootstrap` that the prefill registers with (--bootstrap-addr), and a
 // prefill process with two data-parallel ranks, where the proxy's X-data-parallel-rank header
-// must reach the rank whose engine id it gave the decode side.
+// must reach the rank whose engine id it gave the decode side; and a prefill whose bootstrap
+// server is not up, which must still stop at once on SIGTERM.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "disagg/pd_client.h"
@@ -101,6 +104,31 @@ TEST(PdTopologyTest, TwoDataParallelPrefillRanks) {
   std::string problems = pd->stop_all();
   EXPECT_TRUE(problems.empty()) << problems;
   print_on_failure(*pd);
+}
+
+// A prefill worker whose bootstrap server is not up retries its registration for a minute;
+// SIGTERM in that time ends it at once (nothing is in flight before it is ready).
+TEST(PdTopologyTest, PrefillWaitingForItsBootstrapStopsAtOnceOnSigterm) {
+  ServeSpec p;
+  p.role = "prefill";
+  p.bootstrap_addr = "http://127.0.0.1:" + std::to_string(free_port());
+  auto node = launch_serve("prefill", p);
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  ChildProcess& process = *node->process;
+  auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
+  while (process.output().find("cannot register with") == std::string::npos &&
+         !deadline.is_expired() && process.is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(process.output().find("cannot register with " + p.bootstrap_addr), std::string::npos)
+      << process.output();
+  auto sent = std::chrono::steady_clock::now();
+  process.signal(SIGTERM);
+  EXPECT_EQ(process.wait_exit(Deadline::after_ms(10'000)), 0) << process.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(5));
+  process.wait_drained();
+  EXPECT_NE(process.output().find("SIGTERM before ready, exiting"), std::string::npos)
+      << process.output();
 }
 
 }  // namespace
