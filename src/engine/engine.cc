@@ -222,6 +222,7 @@ std::vector<RequestOutput> Engine::postprocess(const ScheduleResult& schedule,
       CRESCENT_CHECK(it != requests_.end())
           << "scheduled request " << s.seq->request_id << " is unknown";
       it->second->pending.error_message = run_status.to_string();
+      it->second->pending.error_code = StatusCode::kInternal;  // this server's own failure
       finish(*it->second, FinishReason::kError);
       outputs.push_back(take_output(*it->second));
       requests_.erase(it);

@@ -69,9 +69,10 @@ struct RequestOutput {
   std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string stop_reason;     // the stop string that matched
-  int32_t stop_token_id = -1;  // the stop token (eos or stop_token_ids) that matched
-  std::string error_message;   // kError: why
+  std::string stop_reason;                  // the stop string that matched
+  int32_t stop_token_id = -1;               // the stop token (eos or stop_token_ids) that matched
+  std::string error_message;                // kError: why
+  StatusCode error_code = StatusCode::kOk;  // kError: its kind (kDeadlineExceeded, ...)
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;  // so far
   int num_cached_tokens = 0;  // prompt tokens served by the prefix cache

@@ -73,6 +73,7 @@ void Engine::handle_connector_events() {
     r.pending.finish_reason = FinishReason::kError;
     r.pending.error_message =
         event.status.message().empty() ? event.status.to_string() : event.status.message();
+    r.pending.error_code = event.status.code();
     aborted_outputs_.push_back(take_output(r));
     requests_.erase(it);
   }

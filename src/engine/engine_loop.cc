@@ -148,6 +148,7 @@ void EngineLoop::run() {
         out.finished = true;
         out.finish_reason = FinishReason::kError;
         out.error_message = added.to_string();
+        out.error_code = added.code();
         deliver({out});
       }
     }

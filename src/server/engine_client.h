@@ -38,6 +38,9 @@ struct GenerationOutput {
   std::string stop_reason;    // the stop string that matched, if any
   int32_t stop_token_id = -1;
   std::string error_message;  // "error": why
+  // "error": its kind. A remote KV fetch's failure keeps the code its peer or deadline gave
+  // it, so that the server can tell an upstream failure from its own.
+  StatusCode error_code = StatusCode::kOk;
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;  // so far
   int num_cached_tokens = 0;

@@ -82,6 +82,7 @@ Status EngineLoopClient::submit(std::string request_id, std::vector<int32_t> pro
                          out.stop_reason = in.stop_reason;
                          out.stop_token_id = in.stop_token_id;
                          out.error_message = in.error_message;
+                         out.error_code = in.error_code;
                          out.num_prompt_tokens = in.num_prompt_tokens;
                          out.num_output_tokens = in.num_output_tokens;
                          out.num_cached_tokens = in.num_cached_tokens;

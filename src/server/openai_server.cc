@@ -33,6 +33,33 @@ ApiError make_error(int status, std::string message, std::string type) {
   return e;
 }
 
+// What a failed generation answers. A decode-side request whose remote KV fetch failed names
+// a fault upstream of this server: 504 when a deadline passed, 502 when the prefill side, the
+// bootstrap or the link failed. A request that conflicts with another (a reused request id or
+// transfer_id) is the client's 400. The rest is this server's own 500.
+ApiError generation_error(const GenerationOutput& out, const engine::KvTransferParams& kv) {
+  std::string message = "generation failed: " + out.error_message;
+  switch (out.error_code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kAlreadyExists:
+      return make_error(400, std::move(message), "invalid_request_error");
+    case StatusCode::kInternal:
+    case StatusCode::kOk:
+      break;
+    case StatusCode::kDeadlineExceeded:
+      if (kv.do_remote_prefill) {
+        return make_error(504, std::move(message), "timeout_error");
+      }
+      break;
+    default:
+      if (kv.do_remote_prefill) {
+        return make_error(502, std::move(message), "upstream_error");
+      }
+      break;
+  }
+  return make_error(500, std::move(message), "internal_server_error");
+}
+
 json usage_json(int prompt, int completion, int cached) {
   json u = {{"prompt_tokens", prompt},
             {"completion_tokens", completion},
@@ -399,8 +426,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
                                      {"finish_reason", nullptr}}})));
     }
     if (out.finished && out.finish_reason == "error") {
-      send_event(error_json(
-          make_error(500, "generation failed: " + out.error_message, "internal_server_error")));
+      send_event(error_json(generation_error(out, req.kv_transfer)));
     } else if (!out.new_text.empty() || !out.new_token_ids.empty() || out.finished) {
       json choice = {{"index", 0}, {"logprobs", output_logprobs}, {"finish_reason", finish_reason}};
       if (chat) {
@@ -432,9 +458,8 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
     }
     if (out.finished) {
       if (out.finish_reason == "error") {
-        send_json(writer, 500,
-                  dump_json(error_json(make_error(500, "generation failed: " + out.error_message,
-                                                  "internal_server_error"))));
+        ApiError error = generation_error(out, req.kv_transfer);
+        send_json(writer, error.http_status, dump_json(error_json(error)));
       } else {
         size_t offset = 0;
         json all_logprobs = req.want_logprobs

@@ -114,8 +114,10 @@ class Bystanders {
 
 // Asserts that r failed with an OpenAI-shaped error (HTTP error or SSE error event), ended in
 // time, and that its message contains one of the words (case-insensitive), when any are given.
+// expected_code: the HTTP status (or, once a stream began, the error event's code) the failure
+// must carry; 0 accepts any.
 void expect_clear_error(const Reply& r, const std::vector<std::string>& any_of,
-                        const std::string& what) {
+                        const std::string& what, int expected_code = 0) {
   EXPECT_FALSE(r.is_ok()) << what << ": succeeded: " << r.describe();
   EXPECT_TRUE(r.transport_error.empty()) << what << ": " << r.describe();
   EXPECT_FALSE(r.error_message.empty()) << what << ": no error message: " << r.describe();
@@ -125,6 +127,14 @@ void expect_clear_error(const Reply& r, const std::vector<std::string>& any_of,
         << what << ": not OpenAI-shaped: " << r.describe();
   } else {
     EXPECT_TRUE(r.done) << what << ": the stream did not end with [DONE]: " << r.describe();
+  }
+  if (expected_code != 0) {
+    const json code = r.error.is_object() && r.error.contains("code") ? r.error["code"] : json();
+    std::string got = code.is_string() ? code.get<std::string>() : code.dump();
+    EXPECT_EQ(got, std::to_string(expected_code)) << what << ": " << r.describe();
+    if (r.status != 200) {
+      EXPECT_EQ(r.status, expected_code) << what << ": " << r.describe();
+    }
   }
   if (any_of.empty()) {
     return;
@@ -230,7 +240,7 @@ TEST_F(PdFaultTest, PrefillRequestLostDecodeFailsInTime) {
                    decode_body(completion(long_prompt(60, 2), 8, stream), t + (stream ? "s" : ""),
                                pd_.prefill.bootstrap_url(), pd_.engine_id));
     expect_clear_error(d, {"timed out", "timeout", "deadline", "never"},
-                       stream ? "streamed" : "whole");
+                       stream ? "streamed" : "whole", 504);
     EXPECT_GE(d.seconds, timeout_s() * 0.5) << "failed before the deadline: " << d.describe();
   }
   bystanders.expect_all_ok();
@@ -285,6 +295,12 @@ TEST_F(PdFaultTest, ClientDisconnectsMidStreamAndWhileWaitingForKv) {
   // D counted an abort.
   auto m = read_metrics(pd_.decode.port);
   EXPECT_GE(metric_sum(m, "crescent_request_success_total", {"finished_reason=\"abort\""}), 1);
+  // P freed the cancelled transfer's blocks at once (D's CANCEL left a tombstone that refuses
+  // the late prefill request's hold), not at its deadline.
+  auto pm = read_metrics(pd_.prefill.port);
+  EXPECT_EQ(metric_sum(pm, "crescent_kv_transfer_transfers_total",
+                       {"role=\"prefill\"", "result=\"expired\""}),
+            0);
 }
 
 TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
@@ -298,7 +314,7 @@ TEST_F(PdFaultTest, DuplicateTransferIdIsRefusedAndTheFirstIsUntouched) {
   std::thread first_thread([&] { first = send(pd_.decode.port, "/v1/completions", d_body); });
   wait_prefill_in_flight(pd_.prefill.port, 1);  // the first has asked P and waits for its KV
   Reply second = send(pd_.decode.port, "/v1/completions", d_body);
-  expect_clear_error(second, {"duplicate"}, "second D request with the same transfer_id");
+  expect_clear_error(second, {"duplicate"}, "second D request with the same transfer_id", 400);
   Reply p = send(pd_.prefill.port, "/v1/completions", prefill_body(body, t));
   EXPECT_TRUE(p.is_ok()) << p.describe();
   first_thread.join();
@@ -348,7 +364,7 @@ TEST_F(PdFaultTest, UnknownRemoteEngineIdFailsNamingIt) {
     Reply d = send(pd_.decode.port, "/v1/completions",
                    decode_body(completion(long_prompt(30, 7), 4, stream), new_transfer_id(),
                                pd_.prefill.bootstrap_url(), bogus));
-    expect_clear_error(d, {bogus}, "unknown remote_engine_id");
+    expect_clear_error(d, {bogus}, "unknown remote_engine_id", 502);
   }
   bystanders.expect_all_ok();
   expect_blocks_back();
@@ -363,7 +379,7 @@ TEST_F(PdFaultTest, BootstrapUnreachableFailsNamingIt) {
     Reply d = send(pd_.decode.port, "/v1/completions",
                    decode_body(completion(long_prompt(30, 8), 4, stream), new_transfer_id(), url,
                                pd_.engine_id));
-    expect_clear_error(d, {"bootstrap", std::to_string(closed)}, "unreachable bootstrap");
+    expect_clear_error(d, {"bootstrap", std::to_string(closed)}, "unreachable bootstrap", 502);
   }
   bystanders.expect_all_ok();
   expect_blocks_back();
@@ -377,7 +393,7 @@ TEST_F(PdFaultTest, CompatibilityMismatchNamesBlockSize) {
   Bystanders bystanders(pd_.decode.port, 1, "plain requests on D");
   for (bool stream : {false, true}) {
     Reply d = direct_pair(completion(long_prompt(40, 9), 4, stream));
-    expect_clear_error(d, {"block_size"}, "P block size 16, D block size 32");
+    expect_clear_error(d, {"block_size"}, "P block size 16, D block size 32", 502);
   }
   bystanders.expect_all_ok();
   expect_blocks_back();
