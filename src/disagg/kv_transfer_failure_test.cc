@@ -124,10 +124,11 @@ TEST_F(ConnectorFailureTest, DecodeTimeoutCancelsAndReportsAfterTheAck) {
   EXPECT_EQ(ev->status.code(), StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(contains(ev->status.message(), "transfer T1 timed out after 1 s"))
       << ev->status.message();
-  // The CANCEL removed the placeholder: a late prefill holds, nobody asks, nothing is written.
+  // The CANCEL turned the placeholder into a tombstone: a late prefill request is not held
+  // (its blocks are freed at once), nobody asks, nothing is written.
   ASSERT_TRUE(prefill_in_flight(0));
   EXPECT_EQ(prefill_->conn().metrics().prefill.num_cancelled, 1u);
-  EXPECT_TRUE(hold("p1", "T1"));
+  EXPECT_FALSE(hold("p1", "T1"));
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(decode_untouched());
 }
@@ -188,7 +189,8 @@ TEST_F(ConnectorFailureTest, CancelBeforeTheWriteIsAckedAndNothingIsWritten) {
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->status.code(), StatusCode::kCancelled);
   ASSERT_TRUE(prefill_in_flight(0));
-  EXPECT_TRUE(hold("p1", "T1"));  // too late: nobody asks any more
+  EXPECT_FALSE(hold("p1", "T1"));  // too late: refused by the tombstone, nothing held
+  EXPECT_TRUE(hold("p2", "T1")) << "the tombstone answers one late request only";
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(decode_untouched());
   decode_->conn().cancel("unknown-request");  // ignored

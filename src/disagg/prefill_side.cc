@@ -509,8 +509,17 @@ void PrefillSide::handle_cancel(const std::shared_ptr<DecodePeer>& peer,
       it->second.is_cancel_requested = true;  // run_write acks once the write is over
       return;
     }
-    if (it->second.phase == Phase::kAsked)
+    if (it->second.phase == Phase::kAsked) {
       finish_locked(out, it, TransferResult::kCancelled);
+      // The prefill request may still come (the proxy sent it): a tombstone makes hold()
+      // refuse it, so its blocks are freed at once instead of held until the deadline.
+      Outgoing tombstone;
+      tombstone.phase = Phase::kNotNeeded;
+      tombstone.deadline = Deadline::after(ctx_->options->transfer_timeout);
+      tombstone.start = Clock::now();
+      tombstone.channel_id = peer->channel->id();
+      transfers_.emplace(ref->transfer_id, std::move(tombstone));
+    }
   }
   // Nothing of this connection will write transfer_id any more.
   peer->channel->send(MessageType::kCancelAck,
