@@ -37,16 +37,21 @@ void Histogram::observe(double value) {
 }
 
 void Histogram::render(const std::string& name, std::string* out) const {
+  render(name, "", out);
+}
+
+void Histogram::render(const std::string& name, const std::string& labels, std::string* out) const {
+  const std::string bucket = name + "_bucket{" + (labels.empty() ? "" : labels + ",") + "le=\"";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < upper_bounds_.size(); ++i) {
     cumulative += counts_[i];
-    *out += name + "_bucket{le=\"" + format_number(upper_bounds_[i]) + "\"} " +
-            std::to_string(cumulative) + "\n";
+    *out += bucket + format_number(upper_bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
   cumulative += counts_.back();
-  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-  *out += name + "_sum " + format_number(sum_) + "\n";
-  *out += name + "_count " + std::to_string(count_) + "\n";
+  *out += bucket + "+Inf\"} " + std::to_string(cumulative) + "\n";
+  *out += name + "_sum" + plain + " " + format_number(sum_) + "\n";
+  *out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
 }
 
 }  // namespace crescent::prometheus

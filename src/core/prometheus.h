@@ -15,6 +15,8 @@ class Histogram {
   void observe(double value);
   // Appends the _bucket, _sum and _count lines.
   void render(const std::string& name, std::string* out) const;
+  // The same with `labels` (e.g. role="decode", without braces) on every line, before `le`.
+  void render(const std::string& name, const std::string& labels, std::string* out) const;
   uint64_t count() const { return count_; }
   double sum() const { return sum_; }
 

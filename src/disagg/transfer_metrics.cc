@@ -1,7 +1,5 @@
 #include "disagg/transfer_metrics.h"
 
-#include <string_view>
-
 namespace crescent::disagg {
 namespace {
 
@@ -12,30 +10,6 @@ const char* role_name(int role) {
 const char* result_name(int result) {
   static const char* kNames[] = {"ok", "error", "cancelled", "expired", "not_needed"};
   return kNames[result];
-}
-
-// prometheus::Histogram renders without labels; this adds `labels` (e.g. role="decode") to
-// every sample line of one rendered histogram.
-void render_labelled(const prometheus::Histogram& h, const std::string& name,
-                     const std::string& labels, std::string* out) {
-  std::string plain;
-  h.render(name, &plain);
-  size_t pos = 0;
-  while (pos < plain.size()) {
-    size_t end = plain.find('\n', pos);
-    std::string_view line(plain.data() + pos, end - pos);
-    pos = end + 1;
-    size_t name_end = line.find_first_of("{ ");
-    std::string_view series = line.substr(0, name_end);
-    std::string_view rest = line.substr(name_end);
-    *out += std::string(series);
-    if (rest.front() == '{') {
-      *out += "{" + labels + "," + std::string(rest.substr(1));
-    } else {
-      *out += "{" + labels + "}" + std::string(rest);
-    }
-    *out += "\n";
-  }
 }
 
 }  // namespace
@@ -129,8 +103,8 @@ void TransferMetrics::render(std::string* out) const {
       out, p + "write_seconds", "histogram",
       "Duration of the prefill engine's write of one transfer (decode: as reported in DONE).");
   for (int r = 0; r < 2; ++r) {
-    render_labelled(roles_[r].write_seconds, p + "write_seconds",
-                    "role=\"" + std::string(role_name(r)) + "\"", out);
+    roles_[r].write_seconds.render(p + "write_seconds",
+                                   "role=\"" + std::string(role_name(r)) + "\"", out);
   }
   prometheus::append_header(out, p + "bootstrap_seconds", "histogram",
                             "Decode side: bootstrap lookup of the prefill worker (0 if cached).");
