@@ -120,7 +120,7 @@ int run_serve(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // Never destroyed: its detached thread may run until the process exits.
-  static SignalWatcher* signal_watcher = new SignalWatcher(signals);
+  static auto* signal_watcher = new SignalWatcher(signals);
 
   // Filled once the engines exist; /metrics reads it from the server's threads.
   std::atomic<ServeDeployment*> deployment_for_metrics{nullptr};

@@ -239,7 +239,9 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
     return send_json(*writer, 200,
                      dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   }
-  handle_generation(std::move(request), std::move(writer), request.path == "/v1/chat/completions");
+  // Read before the move: argument evaluation order is unspecified.
+  const bool chat = request.path == "/v1/chat/completions";
+  handle_generation(std::move(request), std::move(writer), chat);
 }
 
 void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWriter> writer,
