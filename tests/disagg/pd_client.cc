@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "disagg/pd_cluster.h"
 #include "net/http/http_client.h"
 
 namespace crescent::testing {
@@ -112,6 +113,19 @@ std::string Reply::describe() const {
   std::string r = raw.size() > 600 ? raw.substr(0, 600) + "..." : raw;
   s << " body: " << r;
   return s.str();
+}
+
+json completion(const std::string& prompt, int max_tokens, bool stream) {
+  json body = {{"model", kModelName},
+               {"prompt", prompt},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  if (stream) {
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+  }
+  return body;
 }
 
 Reply send(int port, const std::string& path, const json& body, const SendOptions& options) {

@@ -54,6 +54,10 @@ struct SendOptions {
   int timeout_ms = 60'000;
 };
 
+// A /v1/completions body for the test model (kModelName): greedy, exactly max_tokens tokens
+// (ignore_eos); a streamed one asks for the usage chunk.
+json completion(const std::string& prompt, int max_tokens, bool stream = false);
+
 // POSTs body to 127.0.0.1:port path; streams when body["stream"] is true.
 Reply send(int port, const std::string& path, const json& body, const SendOptions& options = {});
 

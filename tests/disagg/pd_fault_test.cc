@@ -38,19 +38,6 @@ std::string new_transfer_id() {
   return "xfer-test-" + random_uuid();
 }
 
-json completion(const std::string& prompt, int max_tokens, bool stream = false) {
-  json body = {{"model", kModelName},
-               {"prompt", prompt},
-               {"max_tokens", max_tokens},
-               {"temperature", 0},
-               {"ignore_eos", true}};
-  if (stream) {
-    body["stream"] = true;
-    body["stream_options"] = {{"include_usage", true}};
-  }
-  return body;
-}
-
 std::string long_prompt(int num_words, int seed) {
   std::string s;
   for (int i = 0; i < num_words; ++i) {

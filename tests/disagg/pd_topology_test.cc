@@ -23,16 +23,7 @@ json completion(int i, int max_tokens, bool stream) {
   for (int w = 0; w < 20 + 9 * (i % 4); ++w) {
     prompt += " token" + std::to_string((w * 13 + i) % 50);
   }
-  json body = {{"model", kModelName},
-               {"prompt", prompt},
-               {"max_tokens", max_tokens},
-               {"temperature", 0},
-               {"ignore_eos", true}};
-  if (stream) {
-    body["stream"] = true;
-    body["stream_options"] = {{"include_usage", true}};
-  }
-  return body;
+  return crescent::testing::completion(prompt, max_tokens, stream);
 }
 
 // Sends n requests through the proxy, 4 at a time; every one must succeed.
