@@ -357,6 +357,15 @@ bool PrefillSide::start_write_locked(Outbox& out, OutgoingMap::iterator it) {
   return true;
 }
 
+void PrefillSide::add_not_needed_locked(const std::string& transfer_id, uint64_t channel_id) {
+  Outgoing t;
+  t.phase = Phase::kNotNeeded;
+  t.deadline = Deadline::after(ctx_->options->transfer_timeout);
+  t.start = Clock::now();
+  t.channel_id = channel_id;
+  transfers_.emplace(transfer_id, std::move(t));
+}
+
 void PrefillSide::finish_locked(Outbox& out, OutgoingMap::iterator it, TransferResult result) {
   Outgoing& t = it->second;
   if (t.phase != Phase::kNotNeeded && t.phase != Phase::kFailed) {
@@ -479,12 +488,7 @@ void PrefillSide::handle_not_needed(const std::shared_ptr<DecodePeer>& peer,
   auto it = transfers_.find(ref->transfer_id);
   if (it == transfers_.end()) {
     ctx_->metrics->count_result(TransferRole::kPrefill, TransferResult::kNotNeeded);
-    Outgoing t;
-    t.phase = Phase::kNotNeeded;
-    t.deadline = Deadline::after(ctx_->options->transfer_timeout);
-    t.start = Clock::now();
-    t.channel_id = peer->channel->id();
-    transfers_.emplace(ref->transfer_id, std::move(t));
+    add_not_needed_locked(ref->transfer_id, peer->channel->id());
     return;
   }
   if (it->second.phase == Phase::kHeld)
@@ -511,14 +515,9 @@ void PrefillSide::handle_cancel(const std::shared_ptr<DecodePeer>& peer,
     }
     if (it->second.phase == Phase::kAsked) {
       finish_locked(out, it, TransferResult::kCancelled);
-      // The prefill request may still come (the proxy sent it): a tombstone makes hold()
+      // The prefill request may still come (the proxy sent it): the tombstone makes hold()
       // refuse it, so its blocks are freed at once instead of held until the deadline.
-      Outgoing tombstone;
-      tombstone.phase = Phase::kNotNeeded;
-      tombstone.deadline = Deadline::after(ctx_->options->transfer_timeout);
-      tombstone.start = Clock::now();
-      tombstone.channel_id = peer->channel->id();
-      transfers_.emplace(ref->transfer_id, std::move(tombstone));
+      add_not_needed_locked(ref->transfer_id, peer->channel->id());
     }
   }
   // Nothing of this connection will write transfer_id any more.

@@ -111,6 +111,9 @@ class PrefillSide {
   void run_write(const std::string& transfer_id);
   Status write_blocks(DecodePeer& peer, const std::string& transfer_id, const Outgoing& t,
                       uint64_t* num_bytes);
+  // Under mu_: a NOT_NEEDED tombstone for transfer_id (no entry may exist): a later hold() of
+  // it returns false, until the deadline.
+  void add_not_needed_locked(const std::string& transfer_id, uint64_t channel_id);
   // Under mu_: erases a transfer; releases its blocks if the engine held them.
   void finish_locked(Outbox& out, OutgoingMap::iterator it, TransferResult result);
   void send_done_locked(uint64_t channel_id, const std::string& transfer_id, const Status& s,
