@@ -13,6 +13,12 @@ APT_PACKAGES=(
   libucx-dev ucx-utils
   clang-format clang-tidy
   iproute2
+  # Image decoding for vision-language models (src/media): PNG, JPEG, WebP, EXIF orientation.
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libexif-dev
+  # mm_hash: XXH3-128 of decoded pixels + preprocessing parameters.
+  libxxhash-dev
+  # The independent preprocessing and model references in tests/ (Pillow + numpy).
+  python3-pil python3-numpy
   # The reference proxy (vLLM's, Python) drives crescent P and D in scripts/reference_proxy_check.sh.
   python3 python3-fastapi python3-httpx python3-uvicorn
 )

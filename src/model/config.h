@@ -1,6 +1,8 @@
 #pragma once
-// The hyper-parameters of a decoder-only model (Llama, Qwen2, Qwen3), read from a Hugging Face
-// config.json or built from GGUF metadata, and written back as config.json by make-model.
+// The hyper-parameters of a decoder-only model (Llama, Qwen2, Qwen3) or of a vision-language
+// one (Qwen2-VL, Qwen2.5-VL: a Qwen2 decoder with M-RoPE plus a vision tower), read from a
+// Hugging Face config.json or built from GGUF metadata, and written back as config.json by
+// make-model.
 // Plain value type; no thread-safety concerns.
 
 #include <optional>
@@ -9,14 +11,17 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/vision_config.h"
 
 namespace crescent::model {
 
-enum class Architecture { kLlama, kQwen2, kQwen3 };
+// kQwen2Vl / kQwen25Vl: the language model is Qwen2's (QKV bias) with M-RoPE.
+enum class Architecture { kLlama, kQwen2, kQwen3, kQwen2Vl, kQwen25Vl };
 
-// "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM".
+// "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+// "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration".
 std::string_view architecture_name(Architecture arch);
-// "llama", "qwen2", "qwen3": the HF model_type and GGUF general.architecture.
+// "llama", "qwen2", "qwen3", "qwen2_vl", "qwen2_5_vl": the HF model_type.
 std::string_view architecture_model_type(Architecture arch);
 
 // Llama-3 style frequency-dependent RoPE scaling ("rope_type": "llama3").
@@ -50,6 +55,18 @@ struct ModelConfig {
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", "float16", "float32" (may be empty)
+
+  // Vision-language models only (empty / -1 otherwise).
+  // M-RoPE: rotary frequency pairs [0, s0) turn with the temporal position, [s0, s0+s1) with
+  // the height position, the rest with the width position (rope_scaling.mrope_section; the
+  // sum is head_dim / 2).
+  std::vector<int> mrope_section;
+  std::optional<VisionConfig> vision;  // absent when the tower lives in a separate mmproj file
+  int image_token_id = -1;             // <|image_pad|>: one per merged patch in the prompt
+  int vision_start_token_id = -1;      // <|vision_start|>
+  int vision_end_token_id = -1;        // <|vision_end|>
+
+  bool is_multimodal() const { return !mrope_section.empty(); }
 
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };

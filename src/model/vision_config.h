@@ -1,0 +1,54 @@
+#pragma once
+// The vision tower of a Qwen2-VL / Qwen2.5-VL checkpoint (config.json "vision_config", or the
+// clip.vision.* keys of llama.cpp's mmproj GGUF), and the LLM-side multimodal settings beside
+// it: M-RoPE sections and the special token ids that frame an image in the prompt.
+// Plain value types; no thread-safety concerns.
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace crescent::model {
+
+enum class VisionArchitecture {
+  kQwen2Vl,   // LayerNorm + quick_gelu MLP blocks, full attention everywhere
+  kQwen25Vl,  // RMSNorm + SwiGLU (biased) blocks, window attention except fullatt blocks
+};
+// "qwen2_vl" / "qwen2_5_vl" (the vision_config's model_type).
+std::string_view vision_architecture_name(VisionArchitecture arch);
+
+struct VisionConfig {
+  VisionArchitecture architecture = VisionArchitecture::kQwen2Vl;
+  int depth = 0;              // ViT blocks
+  int embed_dim = 0;          // ViT width (Qwen2-VL "embed_dim", Qwen2.5-VL "hidden_size")
+  int num_heads = 0;          // embed_dim / num_heads = head_dim (must be divisible by 4)
+  int intermediate_size = 0;  // MLP width (Qwen2-VL: embed_dim * mlp_ratio)
+  int out_hidden_size = 0;    // merger output = the LLM's hidden_size
+  int patch_size = 14;
+  int temporal_patch_size = 2;
+  int spatial_merge_size = 2;
+  int in_channels = 3;
+  // Qwen2.5-VL only: attention within windows of window_size pixels (window_size /
+  // spatial_merge_size / patch_size merged units per side), except in these blocks.
+  int window_size = 0;
+  std::vector<int> fullatt_block_indexes;
+  double norm_eps = 1e-6;
+  // Normalisation the image processor applies (also stored in mmproj GGUF files).
+  std::array<float, 3> image_mean = {0.48145466f, 0.4578275f, 0.40821073f};
+  std::array<float, 3> image_std = {0.26862954f, 0.26130258f, 0.27577711f};
+
+  int head_dim() const { return embed_dim / num_heads; }
+  // Values per flattened patch: in_channels * temporal_patch_size * patch_size^2.
+  int patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
+  // ViT tokens merged into one LLM token.
+  int merge_unit() const { return spatial_merge_size * spatial_merge_size; }
+
+  friend bool operator==(const VisionConfig&, const VisionConfig&) = default;
+};
+
+// Checks positive sizes, head_dim % 4 == 0 (2-D rotary), fullatt indexes within depth.
+Status validate_vision_config(const VisionConfig& config);
+
+}  // namespace crescent::model
