@@ -34,12 +34,29 @@ int BlockManager::num_free_blocks() const {
   return static_cast<int>(free_uncached_.size() + free_cached_lru_.size());
 }
 
-uint64_t BlockManager::hash_block(uint64_t parent_hash, std::span<const int32_t> token_ids) {
+uint64_t BlockManager::hash_block(uint64_t parent_hash, std::span<const int32_t> token_ids,
+                                  uint64_t mm_key) {
   uint64_t h = mix64(parent_hash ^ 0x6a09e667f3bcc908ULL);
   for (int32_t t : token_ids) {
     h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) * 0x9e3779b97f4a7c15ULL));
   }
+  if (mm_key != 0) {
+    h = mix64(h ^ mm_key ^ 0xbb67ae8584caa73bULL);
+  }
   return h;
+}
+
+uint64_t BlockManager::block_mm_key(const Sequence& seq, int block_index) const {
+  const int begin = block_index * block_size_;
+  const int end = begin + block_size_;
+  uint64_t key = 0;
+  for (const MmPlaceholder& p : seq.mm_placeholders) {
+    if (p.offset < end && p.offset + p.num_tokens > begin) {
+      // Which part of the image the block holds matters too (a block inside an image run).
+      key = mix64(key ^ p.key ^ static_cast<uint64_t>(begin - p.offset + (1LL << 40)));
+    }
+  }
+  return key;
 }
 
 std::span<const int32_t> BlockManager::block_tokens(const Sequence& seq, int block_index) const {
@@ -56,13 +73,15 @@ std::vector<BlockId> BlockManager::find_cached_prefix(const Sequence& seq,
   uint64_t parent = 0;
   for (int i = 0; i < max_hit_blocks; ++i) {
     std::span<const int32_t> tokens = block_tokens(seq, i);
-    const uint64_t h = hash_block(parent, tokens);
+    const uint64_t mm_key = block_mm_key(seq, i);
+    const uint64_t h = hash_block(parent, tokens, mm_key);
     auto it = cached_blocks_.find(h);
     if (it == cached_blocks_.end()) {
       break;
     }
     const Block& block = blocks_[it->second];
-    if (block.parent_hash != parent || !std::ranges::equal(block.token_ids, tokens)) {
+    if (block.parent_hash != parent || block.mm_key != mm_key ||
+        !std::ranges::equal(block.token_ids, tokens)) {
       break;  // a 64-bit collision: treat as a miss
     }
     hits.push_back(BlockId(it->second));
@@ -157,7 +176,8 @@ void BlockManager::commit_computed(Sequence& seq) {
   for (int i = static_cast<int>(seq.block_hashes.size()); i < num_full; ++i) {
     const uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
     std::span<const int32_t> tokens = block_tokens(seq, i);
-    const uint64_t h = hash_block(parent, tokens);
+    const uint64_t mm_key = block_mm_key(seq, i);
+    const uint64_t h = hash_block(parent, tokens, mm_key);
     seq.block_hashes.push_back(h);
     Block& block = blocks_[seq.block_table[i]];
     if (block.has_hash || cached_blocks_.contains(h)) {
@@ -167,6 +187,7 @@ void BlockManager::commit_computed(Sequence& seq) {
     block.hash = h;
     block.parent_hash = parent;
     block.token_ids.assign(tokens.begin(), tokens.end());
+    block.mm_key = mm_key;
     cached_blocks_.emplace(h, seq.block_table[i]);
   }
 }
@@ -270,7 +291,7 @@ Status BlockManager::check_invariants(std::span<const Sequence* const> live) con
         return violation(os.str());
       }
       if (static_cast<int>(block.token_ids.size()) != block_size_ ||
-          hash_block(block.parent_hash, block.token_ids) != block.hash) {
+          hash_block(block.parent_hash, block.token_ids, block.mm_key) != block.hash) {
         os << "block " << id << " stored tokens do not match its hash";
         return violation(os.str());
       }

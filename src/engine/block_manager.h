@@ -2,8 +2,9 @@
 // BlockManager: the accounting of the paged KV cache (the memory itself belongs to the
 // ModelRunner). Fixed-size blocks of block_size tokens, reference counted so that sequences
 // share a cached prefix, and a prefix cache keyed by a chained hash of FULL computed blocks:
-// hash(parent block's hash, the block's token ids), with the tokens stored beside it so that a
-// hash collision can never hand out wrong K/V. Unreferenced cached blocks stay cached until a
+// hash(parent block's hash, the block's token ids, the content keys of the images whose
+// placeholder tokens the block covers), with the tokens and image key stored beside it so that
+// a hash collision can never hand out wrong K/V. Unreferenced cached blocks stay cached until a
 // fresh block is needed; never-cached free blocks are used first, then cached ones in least
 // recently used order. Not thread-safe (the engine's thread only).
 
@@ -76,11 +77,16 @@ class BlockManager {
     uint64_t hash = 0;
     uint64_t parent_hash = 0;
     std::vector<int32_t> token_ids;  // the block's tokens when has_hash
+    uint64_t mm_key = 0;             // the images it covers (0: none) when has_hash
     bool in_lru = false;
     std::list<int32_t>::iterator lru_pos;
   };
 
-  static uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> token_ids);
+  static uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> token_ids,
+                             uint64_t mm_key);
+  // The content keys of the images whose placeholders overlap block block_index, folded; 0 if
+  // none.
+  uint64_t block_mm_key(const Sequence& seq, int block_index) const;
   std::span<const int32_t> block_tokens(const Sequence& seq, int block_index) const;
   // The cached blocks matching seq's leading full blocks (at most num_tokens - 1 tokens).
   std::vector<BlockId> find_cached_prefix(const Sequence& seq, std::vector<uint64_t>* hashes) const;

@@ -83,7 +83,8 @@ Engine::Engine(EngineOptions options, ModelRunner* runner)
       kv_connector_(options_.kv_connector),
       vocab_size_(runner->vocab_size()),
       block_manager_(runner->num_kv_blocks(), runner->block_size(), options_.enable_prefix_caching),
-      scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens}, &block_manager_) {
+      scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens}, &block_manager_),
+      encoder_cache_(options_.encoder_cache_tokens) {
   Status valid = validate_options(options_, *runner);
   CRESCENT_CHECK(valid.is_ok()) << valid.to_string();
   options_.max_model_len = resolved_max_model_len(options_, *runner);
@@ -116,6 +117,7 @@ Status Engine::validate_request(const EngineRequest& request) const {
   if (!request.sampling.stop.empty() && !options_.make_detokenizer) {
     return invalid_argument("stop strings need a detokenizer, and this engine has none");
   }
+  RETURN_IF_ERROR(validate_multimodal(request));
   return validate_kv_transfer(request);
 }
 
@@ -139,6 +141,7 @@ Status Engine::add_request(EngineRequest request) {
   seq.rng = Rng(seq.sampling.seed.has_value() ? *seq.sampling.seed : random_u64());
   seq.needs_remote_kv = request.kv_transfer_params.do_remote_prefill;
   r->kv_transfer_params = std::move(request.kv_transfer_params);
+  init_multimodal(*r, std::move(request.mm_items));
   if (options_.make_detokenizer) {
     r->detokenizer = options_.make_detokenizer(seq.sampling.skip_special_tokens);
   }
@@ -170,8 +173,9 @@ void Engine::abort_all() {
 
 Result<std::vector<RequestOutput>> Engine::step() {
   handle_connector_events();
-  const ScheduleResult schedule = scheduler_.schedule();
+  ScheduleResult schedule = scheduler_.schedule();
   start_remote_prefills(schedule);
+  prepare_multimodal(schedule);
   const Status run_status = run_batch(schedule);
   return postprocess(schedule, run_status);
 }
@@ -181,6 +185,8 @@ Status Engine::run_batch(const ScheduleResult& schedule) {
     return Status::ok();
   }
   runner_batch_.clear();
+  mm_positions_scratch_.clear();
+  mm_embeddings_scratch_.clear();
   size_t num_logits_rows = 0;
   for (const ScheduledSeq& s : schedule.scheduled) {
     const Sequence& seq = *s.seq;
@@ -190,6 +196,9 @@ Status Engine::run_batch(const ScheduleResult& schedule) {
     rs.start_pos = seq.num_computed_tokens;
     rs.block_table = seq.block_table;
     rs.needs_logits = s.needs_logits;
+    if (!seq.mm_placeholders.empty()) {
+      add_multimodal_inputs(*find_request(&seq), seq.num_computed_tokens, s.num_new_tokens, rs);
+    }
     runner_batch_.push_back(rs);
     num_logits_rows += s.needs_logits ? 1 : 0;
   }
@@ -231,6 +240,11 @@ std::vector<RequestOutput> Engine::postprocess(const ScheduleResult& schedule,
   }
 
   scheduler_.on_computed(schedule);
+  for (const ScheduledSeq& s : schedule.scheduled) {
+    if (!s.seq->mm_placeholders.empty() && s.seq->status == SequenceStatus::kRunning) {
+      release_multimodal(*find_request(s.seq), /*all=*/false);
+    }
+  }
   size_t row = 0;
   for (const ScheduledSeq& s : schedule.scheduled) {
     if (!s.needs_logits) {
@@ -331,6 +345,7 @@ void Engine::finish(Request& r, FinishReason reason) {
   if (r.kv_transfer_params.is_remote()) {
     finish_remote(r, reason);
   }
+  release_multimodal(r, /*all=*/true);
   scheduler_.finish(&r.seq);
   r.pending.finished = true;
   r.pending.finish_reason = reason;
@@ -370,6 +385,10 @@ EngineStats Engine::stats() const {
   s.num_generation_tokens_total = num_generation_tokens_total_;
   s.num_preemptions_total = num_preemptions_total_;
   s.num_steps_total = num_steps_total_;
+  s.encoder_cache = encoder_cache_.stats();
+  s.num_images_encoded_total = num_images_encoded_total_;
+  s.num_encoder_tokens_total = num_encoder_tokens_total_;
+  s.encoder_seconds_total = encoder_seconds_total_;
   return s;
 }
 

@@ -17,8 +17,11 @@
 #include "core/status.h"
 #include "engine/block_manager.h"
 #include "engine/detokenizer.h"
+#include "engine/encoder_cache.h"
+#include "engine/encoder_runner.h"
 #include "engine/kv_connector.h"
 #include "engine/model_runner.h"
+#include "engine/multimodal.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
@@ -40,6 +43,15 @@ struct EngineOptions {
   // EngineLoop running it. Null: a plain engine that refuses requests with kv_transfer_params.
   // Set it in the options before constructing the Engine; it cannot change afterwards.
   KvConnector* kv_connector = nullptr;
+  // Vision-language models: the image encoder (borrowed, like the runner). Null: requests with
+  // images are refused unless every image comes with its embeddings.
+  EncoderRunner* encoder_runner = nullptr;
+  // Encoder cache budget in embedding rows; an image larger than this is refused.
+  int64_t encoder_cache_tokens = 16384;
+  // Embedding rows the encoder may produce in one step (0: max_num_batched_tokens). A prompt
+  // chunk that would need more waits for a later step; one image is always allowed per step,
+  // so a larger image still makes progress.
+  int max_num_encoder_tokens_per_step = 0;
 };
 
 struct EngineRequest {
@@ -50,6 +62,8 @@ struct EngineRequest {
   // do_remote_prefill: fetch the prompt's K/V from a prefill engine (decode side);
   // do_remote_decode: keep it for a decode engine after finishing (prefill side).
   KvTransferParams kv_transfer_params;
+  // Images: placeholder runs in prompt_token_ids, ordered (see multimodal.h).
+  std::vector<MultiModalItem> mm_items;
 };
 
 enum class FinishReason {
@@ -93,6 +107,11 @@ struct EngineStats {
   int64_t num_generation_tokens_total = 0;  // sampled tokens
   int64_t num_preemptions_total = 0;
   int64_t num_steps_total = 0;
+  // Vision encoder and its cache.
+  EncoderCacheStats encoder_cache;
+  int64_t num_images_encoded_total = 0;
+  int64_t num_encoder_tokens_total = 0;  // embedding rows produced by the encoder
+  double encoder_seconds_total = 0;
 };
 
 class Engine {
@@ -134,6 +153,12 @@ class Engine {
   struct Request {
     Sequence seq;
     KvTransferParams kv_transfer_params;
+    std::vector<MultiModalItem> mm_items;
+    // Per item: its embeddings while this request holds them (an encoder cache reference, or
+    // the item's own precomputed embeddings); null otherwise.
+    std::vector<EncoderCache::Embeddings> mm_embeddings;
+    std::vector<int32_t> mrope_positions;  // [num_prompt_tokens][3] when mm_items is not empty
+    int mrope_delta = 0;                   // later tokens: index + delta on every axis
     std::unique_ptr<Detokenizer> detokenizer;
     std::string held_text;  // decoded but not returned: might begin a stop string
     RequestOutput pending;  // accumulates until the next output
@@ -149,6 +174,19 @@ class Engine {
   // final: flush the detokenizer and hold nothing. True when a stop string matched.
   bool release_text(Request& request, bool final);
   RequestOutput take_output(Request& request);
+
+  // Vision-language hooks (engine_mm.cc).
+  Status validate_multimodal(const EngineRequest& request) const;
+  void init_multimodal(Request& request, std::vector<MultiModalItem> items);
+  // Trims prompt chunks to the step's encoder budget, runs the encoder for the images the
+  // remaining chunks reach (failing a request whose image cannot be encoded) and takes the
+  // requests' references on the embeddings they need.
+  void prepare_multimodal(ScheduleResult& schedule);
+  // Fills rs.positions3 / rs.embeddings for a scheduled chunk of r (scratch in mm_scratch_).
+  void add_multimodal_inputs(const Request& r, int start, int num_new, RunnerSeq& rs);
+  // Drops the references on embeddings that r no longer needs (all of them when `all`).
+  void release_multimodal(Request& r, bool all);
+  Request* find_request(const Sequence* seq);
 
   // The P/D disaggregation hooks (engine_kv.cc).
   Status validate_kv_transfer(const EngineRequest& request) const;
@@ -174,6 +212,13 @@ class Engine {
   std::unordered_map<std::string, Sequence> fetch_limbo_;
   std::vector<RequestOutput> aborted_outputs_;  // final outputs returned by the next step()
   std::vector<RunnerSeq> runner_batch_;
+  EncoderCache encoder_cache_;
+  // Per-step storage behind runner_batch_'s positions3 / embeddings spans.
+  std::vector<std::vector<int32_t>> mm_positions_scratch_;
+  std::vector<std::vector<InputEmbeddings>> mm_embeddings_scratch_;
+  int64_t num_images_encoded_total_ = 0;
+  int64_t num_encoder_tokens_total_ = 0;
+  double encoder_seconds_total_ = 0;
   std::vector<float> logits_;
   uint64_t next_arrival_order_ = 0;
   int64_t num_prompt_tokens_total_ = 0;

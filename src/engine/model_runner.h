@@ -12,11 +12,23 @@
 
 namespace crescent::engine {
 
+// Rows of token_ids whose input embedding is given instead of looked up (an image's
+// placeholder tokens get the vision encoder's output).
+struct InputEmbeddings {
+  int64_t row = 0;  // first row within the seq's token_ids
+  int64_t num_rows = 0;
+  const float* data = nullptr;  // num_rows x hidden_size floats
+};
+
 struct RunnerSeq {
   std::span<const int32_t> token_ids;    // tokens to compute this step
   int64_t start_pos = 0;                 // position of token_ids[0]
   std::span<const int32_t> block_table;  // covers positions [0, start_pos + token_ids.size())
   bool needs_logits = false;             // logits of the LAST token wanted
+  // M-RoPE models: three rotary positions per token ([token][3]); empty: start_pos + i on
+  // every axis. The KV slot is always start_pos + i.
+  std::span<const int32_t> positions3;
+  std::span<const InputEmbeddings> embeddings;  // ordered, disjoint, inside token_ids
 };
 
 class ModelRunner {

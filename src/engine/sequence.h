@@ -24,6 +24,15 @@ enum class SequenceStatus {
   kFinished,
 };
 
+// A run of prompt tokens that stand for one image: the prefix cache keys every block the run
+// touches with the image's content (`key`), so equal text with different images never shares
+// K/V.
+struct MmPlaceholder {
+  int offset = 0;
+  int num_tokens = 0;
+  uint64_t key = 0;
+};
+
 struct Sequence {
   std::string request_id;
   std::vector<int32_t> token_ids;  // prompt followed by output
@@ -36,8 +45,9 @@ struct Sequence {
   // Its prompt's K/V is to come from a remote prefill (do_remote_prefill) when it is first
   // admitted; cleared then, so a later preemption recomputes locally like any other request.
   bool needs_remote_kv = false;
-  std::vector<int32_t> block_table;    // block ids, covering at least the computed tokens
-  std::vector<uint64_t> block_hashes;  // chained hashes of the leading full computed blocks
+  std::vector<MmPlaceholder> mm_placeholders;  // ordered, disjoint, inside the prompt
+  std::vector<int32_t> block_table;            // block ids, covering at least the computed tokens
+  std::vector<uint64_t> block_hashes;          // chained hashes of the leading full computed blocks
   SequenceStatus status = SequenceStatus::kWaiting;
   SamplingParams sampling;
   int64_t arrival_time_ns = 0;

@@ -62,6 +62,12 @@ TransformerRunner::~TransformerRunner() {
 Status TransformerRunner::execute(std::span<const RunnerSeq> batch, std::vector<float>& logits) {
   logits.clear();
   forward_batch_.clear();
+  embedding_scratch_.clear();
+  size_t num_overrides = 0;
+  for (const RunnerSeq& s : batch) {
+    num_overrides += s.embeddings.size();
+  }
+  embedding_scratch_.reserve(num_overrides);  // the spans below must not move
   for (const RunnerSeq& s : batch) {
     for (int32_t b : s.block_table) {
       if (b < 0 || b >= num_blocks_) {
@@ -69,7 +75,21 @@ Status TransformerRunner::execute(std::span<const RunnerSeq> batch, std::vector<
                                 std::to_string(num_blocks_) + " blocks");
       }
     }
-    forward_batch_.push_back({s.token_ids, s.start_pos, s.block_table, s.needs_logits});
+    model::ForwardSeq f;
+    f.token_ids = s.token_ids;
+    f.start_pos = s.start_pos;
+    f.block_table = s.block_table;
+    f.needs_logits = s.needs_logits;
+    f.positions3 = s.positions3;
+    if (!s.embeddings.empty()) {
+      const size_t first = embedding_scratch_.size();
+      for (const InputEmbeddings& e : s.embeddings) {
+        embedding_scratch_.push_back({e.row, e.num_rows, e.data});
+      }
+      f.embeddings = std::span<const model::EmbeddingOverride>(embedding_scratch_)
+                         .subspan(first, s.embeddings.size());
+    }
+    forward_batch_.push_back(f);
   }
   return model_.forward(forward_batch_, layout_, kv_base(), logits);
 }

@@ -59,6 +59,7 @@ class TransformerRunner : public ModelRunner {
   int num_blocks_;
   KvCacheMemory memory_;
   std::vector<model::ForwardSeq> forward_batch_;
+  std::vector<model::EmbeddingOverride> embedding_scratch_;
 };
 
 }  // namespace crescent::engine

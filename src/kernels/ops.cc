@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/kernel_table.h"
@@ -75,6 +76,45 @@ void rope(float* x, const int32_t* positions, int64_t num_tokens, int num_heads,
         const float b = v[i + half];
         v[i] = a * c[i] - b * s[i];
         v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void rope_multi(float* x, const int32_t* positions3, int64_t num_tokens, int num_heads,
+                const RopeTable& table, std::span<const int> sections) {
+  const int head_dim = table.head_dim();
+  const int half = head_dim / 2;
+  // section_of[i]: which of the three positions turns rotary pair i.
+  std::vector<int> section_of(static_cast<size_t>(half));
+  int pair = 0;
+  for (size_t k = 0; k < sections.size(); ++k) {
+    for (int j = 0; j < sections[k] && pair < half; ++j) {
+      section_of[static_cast<size_t>(pair++)] = static_cast<int>(k);
+    }
+  }
+  CRESCENT_CHECK(pair == half && sections.size() <= 3)
+      << "M-RoPE sections must cover head_dim / 2 = " << half << " pairs in at most 3 runs";
+  std::vector<float> c(static_cast<size_t>(half));
+  std::vector<float> s(static_cast<size_t>(half));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int k = 0; k < 3; ++k) {
+      const int64_t pos = positions3[t * 3 + k];
+      CRESCENT_CHECK(pos >= 0 && pos < table.max_positions())
+          << "position " << pos << " outside the RoPE table (" << table.max_positions() << ")";
+    }
+    for (int i = 0; i < half; ++i) {
+      const int64_t pos = positions3[t * 3 + section_of[static_cast<size_t>(i)]];
+      c[static_cast<size_t>(i)] = table.cos(pos)[i];
+      s[static_cast<size_t>(i)] = table.sin(pos)[i];
+    }
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + (t * num_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * c[static_cast<size_t>(i)] - b * s[static_cast<size_t>(i)];
+        v[i + half] = b * c[static_cast<size_t>(i)] + a * s[static_cast<size_t>(i)];
       }
     }
   }

@@ -4,6 +4,7 @@
 // thread-safe; they run on the calling thread (they are cheap next to matmul and attention).
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace crescent::kernels {
@@ -51,6 +52,13 @@ class RopeTable {
 // Positions must be in [0, table.max_positions()) (CHECKed).
 void rope(float* x, const int32_t* positions, int64_t num_tokens, int num_heads,
           const RopeTable& table);
+
+// Multimodal RoPE (Qwen2-VL's M-RoPE): like rope(), but each token has three positions
+// (temporal, height, width; positions3[t * 3 + k]) and rotary pair i turns with position k where
+// i falls in the k-th of `sections` (consecutive runs of pairs whose sizes sum to head_dim / 2).
+// Tokens whose three positions are equal rotate exactly as rope() does.
+void rope_multi(float* x, const int32_t* positions3, int64_t num_tokens, int num_heads,
+                const RopeTable& table, std::span<const int> sections);
 
 // Index of the first largest element (n >= 1).
 int64_t argmax(const float* x, int64_t n);

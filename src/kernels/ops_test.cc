@@ -108,6 +108,40 @@ TEST(RopeTest, MatchesHfRotateHalf) {
   }
 }
 
+// HF's apply_multimodal_rotary_pos_emb: pair i turns with the position of the mrope section it
+// falls in.
+TEST(RopeTest, MultimodalSectionsPickTheirPosition) {
+  const int head_dim = 16;
+  const int num_heads = 2;
+  const std::vector<int> sections = {2, 3, 3};
+  RopeTable table(head_dim, 1e6, 256, RopeScaling{});
+  const std::vector<int32_t> positions3 = {5, 5, 5, 3, 7, 11, 0, 200, 1};
+  const int64_t nt = 3;
+  auto x = random_floats(nt * num_heads * head_dim, 9);
+  const auto original = x;
+  rope_multi(x.data(), positions3.data(), nt, num_heads, table, sections);
+  for (int64_t t = 0; t < nt; ++t) {
+    for (int h = 0; h < num_heads; ++h) {
+      const int64_t off = (t * num_heads + h) * head_dim;
+      for (int i = 0; i < head_dim / 2; ++i) {
+        const int section = i < 2 ? 0 : i < 5 ? 1 : 2;
+        const double angle = positions3[t * 3 + section] * table.inv_freq()[i];
+        const double a = original[off + i];
+        const double b = original[off + i + head_dim / 2];
+        ASSERT_NEAR(x[off + i], a * std::cos(angle) - b * std::sin(angle), 2e-6);
+        ASSERT_NEAR(x[off + i + head_dim / 2], b * std::cos(angle) + a * std::sin(angle), 2e-6);
+      }
+    }
+  }
+  // Equal positions: exactly rope().
+  auto y = original;
+  const std::vector<int32_t> one_d = {5};
+  rope(y.data(), one_d.data(), 1, num_heads, table);
+  for (int i = 0; i < num_heads * head_dim; ++i) {
+    ASSERT_EQ(x[i], y[i]);
+  }
+}
+
 TEST(RopeTest, Llama3FrequencyScaling) {
   RopeScaling s;
   s.is_llama3 = true;

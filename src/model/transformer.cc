@@ -231,6 +231,18 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
                                 " outside vocabulary of " + std::to_string(c.vocab_size));
       }
     }
+    if (!s.positions3.empty() && s.positions3.size() != 3 * s.token_ids.size()) {
+      return invalid_argument("forward: positions3 holds " + std::to_string(s.positions3.size()) +
+                              " values for " + std::to_string(s.token_ids.size()) + " tokens");
+    }
+    int64_t previous_end = 0;
+    for (const EmbeddingOverride& e : s.embeddings) {
+      if (e.row < previous_end || e.num_rows < 0 || e.data == nullptr ||
+          e.row + e.num_rows > static_cast<int64_t>(s.token_ids.size())) {
+        return invalid_argument("forward: input embeddings outside the sequence's tokens");
+      }
+      previous_end = e.row + e.num_rows;
+    }
     attn_seqs.push_back(
         {num_rows, static_cast<int64_t>(s.token_ids.size()), s.start_pos, s.block_table.data()});
     num_rows += static_cast<int64_t>(s.token_ids.size());
@@ -251,13 +263,24 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
   float* gate_up = grow(gate_up_, num_rows * 2 * inter);
   float* act = grow(act_, num_rows * inter);
   int32_t* positions = grow(positions_, num_rows);
+  const bool mrope = !c.mrope_section.empty();
+  int32_t* positions3 = mrope ? grow(positions3_, num_rows * 3) : nullptr;
 
   int64_t row = 0;
   for (const ForwardSeq& s : batch) {
     embed(s.token_ids, x + row * hidden);
+    for (const EmbeddingOverride& e : s.embeddings) {
+      std::memcpy(x + (row + e.row) * hidden, e.data,
+                  static_cast<size_t>(e.num_rows * hidden) * sizeof(float));
+    }
     for (size_t i = 0; i < s.token_ids.size(); ++i) {
-      positions[row + static_cast<int64_t>(i)] =
-          static_cast<int32_t>(s.start_pos + static_cast<int64_t>(i));
+      const int64_t r = row + static_cast<int64_t>(i);
+      positions[r] = static_cast<int32_t>(s.start_pos + static_cast<int64_t>(i));
+      if (mrope) {
+        for (int k = 0; k < 3; ++k) {
+          positions3[r * 3 + k] = s.positions3.empty() ? positions[r] : s.positions3[i * 3 + k];
+        }
+      }
     }
     row += static_cast<int64_t>(s.token_ids.size());
   }
@@ -280,8 +303,13 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
       kernels::rms_norm(q, layer.q_norm.data(), num_rows * num_heads, c.head_dim, eps, q);
       kernels::rms_norm(k, layer.k_norm.data(), num_rows * num_kv_heads, c.head_dim, eps, k);
     }
-    kernels::rope(q, positions, num_rows, num_heads, *rope_);
-    kernels::rope(k, positions, num_rows, num_kv_heads, *rope_);
+    if (mrope) {
+      kernels::rope_multi(q, positions3, num_rows, num_heads, *rope_, c.mrope_section);
+      kernels::rope_multi(k, positions3, num_rows, num_kv_heads, *rope_, c.mrope_section);
+    } else {
+      kernels::rope(q, positions, num_rows, num_heads, *rope_);
+      kernels::rope(k, positions, num_rows, num_kv_heads, *rope_);
+    }
     for (const auto& s : attn_seqs) {
       kernels::write_kv(k + s.q_row * kv_dim, v + s.q_row * kv_dim, s.num_tokens, s.start_pos,
                         s.block_table, l, layout, kv_base);

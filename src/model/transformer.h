@@ -25,12 +25,24 @@ struct TransformerOptions {
   Weights weights = Weights::kAuto;
 };
 
+// Rows of a sequence's token_ids whose input embedding is given (an image's placeholder tokens
+// take the vision encoder's output) instead of looked up in embed_tokens.
+struct EmbeddingOverride {
+  int64_t row = 0;  // first row within the seq's token_ids
+  int64_t num_rows = 0;
+  const float* data = nullptr;  // num_rows x hidden_size
+};
+
 // One sequence's slice of a forward batch.
 struct ForwardSeq {
   std::span<const int32_t> token_ids;    // tokens computed in this call
   int64_t start_pos = 0;                 // position of token_ids[0]
   std::span<const int32_t> block_table;  // KV blocks covering [0, start_pos + size)
   bool needs_logits = false;             // logits of the last token wanted
+  // M-RoPE models: [token][3] rotary positions (temporal, height, width). Empty: start_pos + i
+  // on every axis. KV slots and causality always follow start_pos + i.
+  std::span<const int32_t> positions3;
+  std::span<const EmbeddingOverride> embeddings;  // ordered, disjoint, inside token_ids
 };
 
 class Transformer {
@@ -88,6 +100,7 @@ class Transformer {
   // Scratch, grown on demand.
   std::vector<float> x_, h_, qkv_, q_, attn_, proj_, gate_up_, act_, final_rows_;
   std::vector<int32_t> positions_;
+  std::vector<int32_t> positions3_;  // [rows][3], M-RoPE models only
 };
 
 }  // namespace crescent::model
