@@ -97,7 +97,80 @@ std::string python_strip(std::string_view s) {
   return std::string(s.substr(b, end - b));
 }
 
+// Qwen2-VL / Qwen2.5-VL (chat_template.json and tokenizer_config.json of the -Instruct
+// checkpoints; Qwen2-VL-7B's later revision adds {% generation %} tags, which render nothing).
+// The family is recognised by the pieces of the template that the native renderer reproduces;
+// a template that also uses features the renderer lacks (tools, reasoning, macros, raised
+// errors, as in Qwen3-VL's) is not this family.
+constexpr std::string_view kQwen2VlImage = "<|vision_start|><|image_pad|><|vision_end|>";
+constexpr std::string_view kQwen2VlDefaultSystemOpen =
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n";
+constexpr std::string_view kQwen2VlDefaultSystemClose = "<|im_end|>\n{% endif %}";
+constexpr std::string_view kQwen2VlVisionId =
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}";
+constexpr std::string_view kQwen2VlRequired[] = {
+    kQwen2VlImage,
+    "<|im_start|>{{ message['role'] }}\n",
+    "{% if message['content'] is string %}",
+    "{% for content in message['content'] %}",
+    "{% elif 'text' in content %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+};
+constexpr std::string_view kQwen2VlForeign[] = {"tools",           "<think>",  "reasoning_content",
+                                                "raise_exception", "{% macro", "{%- macro"};
+
+bool contains(std::string_view s, std::string_view p) {
+  return s.find(p) != std::string_view::npos;
+}
+
+bool is_qwen2_vl_like(std::string_view t) {
+  return contains(t, "<|im_start|>") && contains(t, kQwen2VlImage);
+}
+
+// Checks that `t` is a Qwen2-VL template and reads its default system prompt.
+Result<std::string> qwen2_vl_default_system(std::string_view t) {
+  for (std::string_view piece : kQwen2VlRequired) {
+    if (!contains(t, piece)) {
+      return unimplemented(
+          "chat template: a Qwen2-VL-like template (<|im_start|> and image placeholders) without "
+          "the Qwen2-VL structure is not supported");
+    }
+  }
+  for (std::string_view piece : kQwen2VlForeign) {
+    if (contains(t, piece)) {
+      return unimplemented("chat template: a Qwen2-VL-like template that uses '" +
+                           std::string(piece) + "' is not supported");
+    }
+  }
+  const size_t open = t.find(kQwen2VlDefaultSystemOpen);
+  const size_t begin =
+      open == std::string_view::npos ? open : open + kQwen2VlDefaultSystemOpen.size();
+  const size_t end =
+      begin == std::string_view::npos ? begin : t.find(kQwen2VlDefaultSystemClose, begin);
+  if (end == std::string_view::npos) {
+    return unimplemented(
+        "chat template: a Qwen2-VL-like template without its default system "
+        "message block is not supported");
+  }
+  std::string_view system = t.substr(begin, end - begin);
+  if (contains(system, "{{") || contains(system, "{%") || contains(system, "{#")) {
+    return unimplemented(
+        "chat template: a Qwen2-VL-like template whose default system message is not plain text "
+        "is not supported");
+  }
+  return std::string(system);
+}
+
 }  // namespace
+
+bool ChatMessage::has_images() const {
+  for (const ChatContentPart& part : parts) {
+    if (part.is_image) {
+      return true;
+    }
+  }
+  return false;
+}
 
 Result<TokenizerConfig> TokenizerConfig::from_file(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, read_file(path));
@@ -158,6 +231,13 @@ Result<ChatTemplate> ChatTemplate::from_config(TokenizerConfig config) {
   if (t.empty()) {
     return invalid_argument("tokenizer_config.json has no chat_template");
   }
+  if (is_qwen2_vl_like(t)) {
+    ASSIGN_OR_RETURN(std::string default_system, qwen2_vl_default_system(t));
+    ChatTemplate c(ChatTemplateFamily::kQwen2Vl, std::move(config));
+    c.qwen2_vl_default_system_ = std::move(default_system);
+    c.qwen2_vl_has_vision_id_ = contains(c.config_.chat_template, kQwen2VlVisionId);
+    return c;
+  }
   if (t.find("<|im_start|>") != std::string::npos) {
     // Qwen3's template: ChatML, no default system prompt, <think> handling of assistant turns.
     if (t.find("</think>") != std::string::npos &&
@@ -198,11 +278,20 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
   if (messages.empty()) {
     return invalid_argument("chat template: no messages");
   }
+  if (family_ != ChatTemplateFamily::kQwen2Vl) {
+    for (const ChatMessage& m : messages) {
+      if (m.has_images()) {
+        return invalid_argument("this model's chat template does not take images");
+      }
+    }
+  }
   switch (family_) {
     case ChatTemplateFamily::kQwen3:
       return render_qwen3(messages, options);
     case ChatTemplateFamily::kLlama3:
       return render_llama3(messages, options);
+    case ChatTemplateFamily::kQwen2Vl:
+      return render_qwen2_vl(messages, options);
   }
   return internal_error("chat template: bad family");
 }
@@ -296,6 +385,44 @@ Result<std::string> ChatTemplate::render_llama3(const std::vector<ChatMessage>& 
   }
   if (options.add_generation_prompt || !llama3_conditional_prompt_) {
     out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  }
+  return out;
+}
+
+// The template writes `<|im_start|>{role}\n` for any role and the parts of a list content in
+// order (images as placeholders, with "Picture N: " under add_vision_id); a string content and
+// a list of text parts render the same.
+Result<std::string> ChatTemplate::render_qwen2_vl(const std::vector<ChatMessage>& messages,
+                                                  const ChatRenderOptions& options) const {
+  std::string out;
+  int num_images = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
+      return invalid_argument("chat template: unknown role '" + m.role + "'");
+    }
+    if (i == 0 && m.role != "system") {
+      out += "<|im_start|>system\n" + qwen2_vl_default_system_ + "<|im_end|>\n";
+    }
+    out += "<|im_start|>" + m.role + "\n";
+    if (m.parts.empty()) {
+      out += m.content;
+    }
+    for (const ChatContentPart& part : m.parts) {
+      if (!part.is_image) {
+        out += part.text;
+        continue;
+      }
+      ++num_images;
+      if (options.add_vision_id && qwen2_vl_has_vision_id_) {
+        out += "Picture " + std::to_string(num_images) + ": ";
+      }
+      out += kQwen2VlImage;
+    }
+    out += "<|im_end|>\n";
+  }
+  if (options.add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
   }
   return out;
 }

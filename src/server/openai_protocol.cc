@@ -126,6 +126,68 @@ std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* out) {
   return std::nullopt;
 }
 
+// A client's string echoed in an error, cut short so that a huge one does not come back whole.
+std::string clip(const std::string& s) {
+  constexpr size_t kMaxEchoBytes = 64;
+  return s.size() <= kMaxEchoBytes ? s : s.substr(0, kMaxEchoBytes) + "...";
+}
+
+// One OpenAI content part of message `message_index`: "text", or "image_url" with
+// {"url": ..., "detail": ...} (or the url as a bare string, as vLLM accepts). Every other type
+// (input_audio, video_url, file, refusal, ...) is refused by name.
+std::optional<ApiError> parse_content_part(const json& part, int message_index,
+                                           ChatMessage* message, GenerationRequest* out) {
+  if (!part.is_object()) {
+    return bad_request("each content part must be an object, got " + std::string(type_name(part)),
+                       "messages");
+  }
+  auto type = part.find("type");
+  if (type == part.end() || !type->is_string()) {
+    return bad_request("each content part needs a string 'type'", "messages");
+  }
+  const std::string& type_value = type->get_ref<const std::string&>();
+  if (type_value == "text") {
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return bad_request("a 'text' content part needs a string 'text'", "messages");
+    }
+    message->content += text->get_ref<const std::string&>();
+    message->parts.push_back({false, text->get<std::string>()});
+    return std::nullopt;
+  }
+  if (type_value == "image_url") {
+    auto image = part.find("image_url");
+    const json* url = nullptr;
+    if (image != part.end() && image->is_string()) {
+      url = &*image;
+    } else if (image != part.end() && image->is_object()) {
+      if (auto it = image->find("url"); it != image->end()) {
+        url = &*it;
+      }
+      // OpenAI's resolution hint ("auto", "low", "high"); the Qwen2-VL processor sizes images
+      // itself, so only its type is checked.
+      if (auto it = image->find("detail");
+          it != image->end() && !it->is_null() && !it->is_string()) {
+        return bad_request("'image_url.detail' must be a string", "messages");
+      }
+    }
+    if (url == nullptr || !url->is_string()) {
+      return bad_request(
+          R"(an 'image_url' content part needs "image_url": {"url": "..."} with a string url)",
+          "messages");
+    }
+    if (url->get_ref<const std::string&>().empty()) {
+      return bad_request("'image_url.url' must not be empty", "messages");
+    }
+    message->parts.push_back({true, ""});
+    out->images.push_back({url->get<std::string>(), message_index});
+    return std::nullopt;
+  }
+  return bad_request(
+      "content part type '" + clip(type_value) + "' is not supported (only 'text' and 'image_url')",
+      "messages");
+}
+
 std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
@@ -153,16 +215,15 @@ std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out)
     } else if (content->is_string()) {
       message.content = content->get<std::string>();
     } else if (content->is_array()) {
-      // [{"type": "text", "text": "..."}]: text parts only.
+      // Whether a role may hold images is the chat template's call: Qwen2-VL's renders them
+      // in any message, text-only templates refuse them anywhere.
+      const int message_index = static_cast<int>(out->messages.size());
       for (const auto& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          return bad_request("only text content parts are supported", "messages");
-        }
-        message.content += part["text"].get<std::string>();
+        CRESCENT_RETURN_IF_API_ERROR(parse_content_part(part, message_index, &message, out));
       }
     } else {
-      return bad_request("message 'content' must be a string or a list of text parts", "messages");
+      return bad_request("message 'content' must be a string or a list of content parts",
+                         "messages");
     }
     out->messages.push_back(std::move(message));
   }

@@ -28,6 +28,14 @@ ApiError bad_request(std::string message, std::string param = "");
 
 enum class Endpoint { kCompletions, kChat };
 
+// An image of a chat request as sent: `url` is the image_url part's url (data:, file:// or
+// http(s)://, fetched by fetch_image_bytes in image_inputs.h), `message_index` the message
+// that holds it.
+struct ImageRef {
+  std::string url;
+  int message_index = 0;
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // "" when absent
@@ -35,6 +43,8 @@ struct GenerationRequest {
   std::optional<std::string> prompt_text;
   std::optional<std::vector<int32_t>> prompt_token_ids;
   std::vector<ChatMessage> messages;  // kChat
+  // kChat: the image_url parts of all messages in order, one per image part of `messages`.
+  std::vector<ImageRef> images;
   bool add_generation_prompt = true;
   engine::SamplingParams sampling;
   bool max_tokens_given = false;
@@ -47,7 +57,8 @@ struct GenerationRequest {
 };
 
 // Parses and checks a body; everything that does not need the engine (types, ranges,
-// n == 1, non-empty messages) is checked here.
+// n == 1, non-empty messages, content part types) is checked here. Image URLs are not
+// fetched or checked beyond being non-empty strings.
 std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
                                                  GenerationRequest* out);
 

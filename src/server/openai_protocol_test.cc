@@ -68,6 +68,98 @@ TEST(OpenAiProtocolTest, ChatFields) {
   EXPECT_EQ(parse_error(R"({"messages":[{"content":"x"}]})", Endpoint::kChat).param, "messages");
 }
 
+TEST(OpenAiProtocolTest, ChatContentParts) {
+  // A string content leaves parts empty; a parts list keeps its order, images included.
+  auto r = parse_ok(R"({"messages":[{"role":"system","content":"s"},
+      {"role":"user","content":[{"type":"text","text":"Look: "},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,Zm9v","detail":"high"}},
+        {"type":"text","text":" and "},
+        {"type":"image_url","image_url":"http://127.0.0.1/b.png"},
+        {"type":"text","text":"?"}]},
+      {"role":"assistant","content":[{"type":"text","text":"two"}]},
+      {"role":"user","content":[{"type":"image_url","image_url":{"url":"file:///m/c.png"}}]}]})",
+                    Endpoint::kChat);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].content, "s");
+  EXPECT_TRUE(r.messages[0].parts.empty());
+  const ChatMessage& m = r.messages[1];
+  EXPECT_EQ(m.content, "Look:  and ?");
+  ASSERT_EQ(m.parts.size(), 5u);
+  const bool is_image[] = {false, true, false, true, false};
+  const char* texts[] = {"Look: ", "", " and ", "", "?"};
+  for (size_t i = 0; i < m.parts.size(); ++i) {
+    EXPECT_EQ(m.parts[i].is_image, is_image[i]) << i;
+    EXPECT_EQ(m.parts[i].text, texts[i]) << i;
+  }
+  ASSERT_EQ(r.messages[2].parts.size(), 1u);
+  EXPECT_EQ(r.messages[2].content, "two");
+  ASSERT_EQ(r.messages[3].parts.size(), 1u);
+  EXPECT_TRUE(r.messages[3].parts[0].is_image);
+  EXPECT_EQ(r.messages[3].content, "");
+  ASSERT_EQ(r.images.size(), 3u);
+  EXPECT_EQ(r.images[0].url, "data:image/png;base64,Zm9v");
+  EXPECT_EQ(r.images[0].message_index, 1);
+  EXPECT_EQ(r.images[1].url, "http://127.0.0.1/b.png");
+  EXPECT_EQ(r.images[1].message_index, 1);
+  EXPECT_EQ(r.images[2].url, "file:///m/c.png");
+  EXPECT_EQ(r.images[2].message_index, 3);
+
+  // Images are the template's business in any role (Qwen2-VL's renders them everywhere), and
+  // an empty parts list is an empty content.
+  auto any_role = parse_ok(R"({"messages":[
+      {"role":"system","content":[{"type":"image_url","image_url":{"url":"u1"}}]},
+      {"role":"assistant","content":[{"type":"image_url","image_url":{"url":"u2"}}]},
+      {"role":"user","content":[]}]})",
+                           Endpoint::kChat);
+  ASSERT_EQ(any_role.images.size(), 2u);
+  EXPECT_EQ(any_role.images[1].message_index, 1);
+  EXPECT_TRUE(any_role.messages[2].parts.empty());
+  EXPECT_EQ(any_role.messages[2].content, "");
+  EXPECT_TRUE(
+      parse_ok(R"({"messages":[{"role":"user","content":"x"}]})", Endpoint::kChat).images.empty());
+}
+
+TEST(OpenAiProtocolTest, ChatContentPartErrors) {
+  struct Case {
+    const char* content;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {R"([{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}])",
+       "'input_audio' is not supported"},
+      {R"([{"type":"video_url","video_url":{"url":"http://x/v.mp4"}}])",
+       "'video_url' is not supported"},
+      {R"([{"type":"file","file":{"file_id":"f"}}])", "'file' is not supported"},
+      {R"([{"type":"image","image":"x"}])", "'image' is not supported"},
+      {R"([{"type":"text","text":"a"},{"type":"refusal","refusal":"no"}])", "'refusal'"},
+      {R"([{"text":"a"}])", "needs a string 'type'"},
+      {R"([{"type":7}])", "needs a string 'type'"},
+      {R"(["just a string"])", "must be an object"},
+      {R"([{"type":"text"}])", "needs a string 'text'"},
+      {R"([{"type":"text","text":5}])", "needs a string 'text'"},
+      {R"([{"type":"image_url"}])", "with a string url"},
+      {R"([{"type":"image_url","image_url":{}}])", "with a string url"},
+      {R"([{"type":"image_url","image_url":{"url":5}}])", "with a string url"},
+      {R"([{"type":"image_url","image_url":{"url":""}}])", "must not be empty"},
+      {R"([{"type":"image_url","image_url":""}])", "must not be empty"},
+      {R"([{"type":"image_url","image_url":{"url":"u","detail":1}}])", "detail"},
+      {R"(5)", "a string or a list of content parts"},
+  };
+  for (const Case& c : cases) {
+    const std::string body =
+        std::string(R"({"messages":[{"role":"user","content":)") + c.content + "}]}";
+    ApiError e = parse_error(body, Endpoint::kChat);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, "messages") << body;
+    EXPECT_NE(e.message.find(c.message_part), std::string::npos) << body << " -> " << e.message;
+  }
+  // A long type name is cut short in the message.
+  ApiError e = parse_error(
+      R"({"messages":[{"role":"user","content":[{"type":")" + std::string(10000, 'z') + R"("}]}]})",
+      Endpoint::kChat);
+  EXPECT_LT(e.message.size(), 200u);
+}
+
 TEST(OpenAiProtocolTest, BadValuesNameTheirField) {
   struct Case {
     const char* body;
