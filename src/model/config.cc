@@ -16,6 +16,10 @@ std::string_view architecture_name(Architecture arch) {
       return "Qwen2ForCausalLM";
     case Architecture::kQwen3:
       return "Qwen3ForCausalLM";
+    case Architecture::kQwen2Vl:
+      return "Qwen2VLForConditionalGeneration";
+    case Architecture::kQwen25Vl:
+      return "Qwen2_5_VLForConditionalGeneration";
   }
   return "?";
 }
@@ -28,6 +32,10 @@ std::string_view architecture_model_type(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kQwen2Vl:
+      return "qwen2_vl";
+    case Architecture::kQwen25Vl:
+      return "qwen2_5_vl";
   }
   return "?";
 }
@@ -120,12 +128,74 @@ Result<RopeScaling> parse_rope_scaling(const json& j) {
   return rs;
 }
 
-Result<ModelConfig> parse_config_object(const json& j) {
-  if (!j.is_object())
+bool is_vision_language(Architecture arch) {
+  return arch == Architecture::kQwen2Vl || arch == Architecture::kQwen25Vl;
+}
+
+// The hub's Qwen2-VL / Qwen2.5-VL checkpoints keep the language model's fields at the top
+// level; newer transformers nest them under "text_config" (and some versions write both).
+// Top-level values win; a top-level null does not hide a nested value.
+Result<json> language_model_fields(const json& j) {
+  auto it = j.find("text_config");
+  if (it == j.end() || it->is_null())
+    return j;
+  if (!it->is_object())
+    return field_error("text_config", "must be an object");
+  json merged = *it;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "text_config" || key == "vision_config")
+      continue;
+    if (value.is_null() && merged.contains(key))
+      continue;
+    merged[key] = value;
+  }
+  return merged;
+}
+
+// M-RoPE: rope_scaling {"type": "mrope", "mrope_section": [...]} in the hub files,
+// {"rope_type": "default", "mrope_section": [...]} in newer ones, or transformers v5's
+// rope_parameters. The sum is checked against head_dim by validate_model_config().
+Result<std::vector<int>> parse_mrope_section(const json& j) {
+  std::string_view field = "rope_scaling";
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    field = "rope_parameters";
+    it = j.find(field);
+  }
+  if (it == j.end() || it->is_null())
+    return field_error("rope_scaling.mrope_section", "is missing");
+  if (!it->is_object())
+    return field_error(field, "must be an object");
+  const json& r = *it;
+  for (const char* key : {"rope_type", "type"}) {
+    auto t = r.find(key);
+    if (t != r.end() && t->is_string() && t->get<std::string>() != "mrope" &&
+        t->get<std::string>() != "default") {
+      return unimplemented("config.json: " + std::string(field) + " type '" +
+                           t->get<std::string>() + "' is not supported with M-RoPE");
+    }
+  }
+  const std::string section_field = std::string(field) + ".mrope_section";
+  auto s = r.find("mrope_section");
+  if (s == r.end() || s->is_null())
+    return field_error(section_field, "is missing");
+  if (!s->is_array() || s->size() != 3)
+    return field_error(section_field, "must be a list of 3 integers");
+  std::vector<int> section;
+  for (const json& e : *s) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > (1 << 20))
+      return field_error(section_field, "must hold non-negative integers, got " + e.dump());
+    section.push_back(e.get<int>());
+  }
+  return section;
+}
+
+Result<ModelConfig> parse_config_object(const json& top) {
+  if (!top.is_object())
     return invalid_argument("config.json: top level must be an object");
   ModelConfig c;
-  auto arch_it = j.find("architectures");
-  if (arch_it == j.end() || !arch_it->is_array() || arch_it->empty() ||
+  auto arch_it = top.find("architectures");
+  if (arch_it == top.end() || !arch_it->is_array() || arch_it->empty() ||
       !(*arch_it)[0].is_string()) {
     return field_error("architectures", "must be a non-empty list of strings");
   }
@@ -136,11 +206,23 @@ Result<ModelConfig> parse_config_object(const json& j) {
     c.architecture = Architecture::kQwen2;
   } else if (c.architecture_name == "Qwen3ForCausalLM") {
     c.architecture = Architecture::kQwen3;
+  } else if (c.architecture_name == "Qwen2VLForConditionalGeneration") {
+    c.architecture = Architecture::kQwen2Vl;
+  } else if (c.architecture_name == "Qwen2_5_VLForConditionalGeneration") {
+    c.architecture = Architecture::kQwen25Vl;
   } else {
     return unimplemented("config.json: architecture '" + c.architecture_name +
                          "' is not supported (LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "Qwen3ForCausalLM are)");
+                         "Qwen3ForCausalLM, Qwen2VLForConditionalGeneration, "
+                         "Qwen2_5_VLForConditionalGeneration are)");
   }
+  const bool is_vl = is_vision_language(c.architecture);
+  // The language model's fields come from `j`: the top level, or its merge with text_config.
+  json merged;
+  if (is_vl) {
+    ASSIGN_OR_RETURN(merged, language_model_fields(top));
+  }
+  const json& j = is_vl ? merged : top;
   ASSIGN_OR_RETURN(c.vocab_size, get_positive_int(j, "vocab_size", std::nullopt));
   ASSIGN_OR_RETURN(c.hidden_size, get_positive_int(j, "hidden_size", std::nullopt));
   ASSIGN_OR_RETURN(c.intermediate_size, get_positive_int(j, "intermediate_size", std::nullopt));
@@ -154,11 +236,22 @@ Result<ModelConfig> parse_config_object(const json& j) {
   ASSIGN_OR_RETURN(c.head_dim,
                    get_positive_int(j, "head_dim", c.hidden_size / c.num_attention_heads));
   ASSIGN_OR_RETURN(c.rms_norm_eps, get_double(j, "rms_norm_eps", 1e-6));
-  ASSIGN_OR_RETURN(c.rope_theta, get_double(j, "rope_theta", 10000.0));
-  ASSIGN_OR_RETURN(c.rope_scaling, parse_rope_scaling(j));
+  if (is_vl) {
+    // transformers' Qwen2-VL default; v5 moves the value into rope_parameters.
+    double theta = 1000000.0;
+    if (auto p = j.find("rope_parameters"); p != j.end() && p->is_object()) {
+      ASSIGN_OR_RETURN(theta, get_double(*p, "rope_theta", theta));
+    }
+    ASSIGN_OR_RETURN(c.rope_theta, get_double(j, "rope_theta", theta));
+    ASSIGN_OR_RETURN(c.mrope_section, parse_mrope_section(j));
+  } else {
+    ASSIGN_OR_RETURN(c.rope_theta, get_double(j, "rope_theta", 10000.0));
+    ASSIGN_OR_RETURN(c.rope_scaling, parse_rope_scaling(j));
+  }
   ASSIGN_OR_RETURN(c.tie_word_embeddings, get_bool(j, "tie_word_embeddings", false));
   ASSIGN_OR_RETURN(bool attention_bias, get_bool(j, "attention_bias", false));
-  c.has_qkv_bias = c.architecture == Architecture::kQwen2 || attention_bias;
+  // The Qwen2-VL / Qwen2.5-VL language model is Qwen2's.
+  c.has_qkv_bias = c.architecture == Architecture::kQwen2 || is_vl || attention_bias;
   c.has_qk_norm = c.architecture == Architecture::kQwen3;
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    get_positive_int(j, "max_position_embeddings", std::nullopt));
@@ -195,6 +288,18 @@ Result<ModelConfig> parse_config_object(const json& j) {
   ASSIGN_OR_RETURN(bool sliding, get_bool(j, "use_sliding_window", false));
   if (sliding)
     return unimplemented("config.json: use_sliding_window=true is not supported");
+  if (is_vl) {
+    ASSIGN_OR_RETURN(c.image_token_id, get_int(j, "image_token_id", 151655));
+    ASSIGN_OR_RETURN(c.vision_start_token_id, get_int(j, "vision_start_token_id", 151652));
+    ASSIGN_OR_RETURN(c.vision_end_token_id, get_int(j, "vision_end_token_id", 151653));
+    // Absent only where the tower comes from elsewhere (an mmproj file).
+    if (auto v = top.find("vision_config"); v != top.end() && !v->is_null()) {
+      const VisionArchitecture arch = c.architecture == Architecture::kQwen2Vl
+                                          ? VisionArchitecture::kQwen2Vl
+                                          : VisionArchitecture::kQwen25Vl;
+      ASSIGN_OR_RETURN(c.vision, parse_vision_config_json(*v, arch, c.hidden_size));
+    }
+  }
   RETURN_IF_ERROR(validate_model_config(c));
   return c;
 }
@@ -227,6 +332,56 @@ Status validate_model_config(const ModelConfig& c) {
   if (c.bos_token_id && (*c.bos_token_id < 0 || *c.bos_token_id >= c.vocab_size)) {
     return bad("bos_token_id is outside the vocabulary");
   }
+  if (!is_vision_language(c.architecture)) {
+    if (!c.mrope_section.empty() || c.vision)
+      return bad(std::string(architecture_name(c.architecture)) + " has no M-RoPE or vision tower");
+    return Status::ok();
+  }
+  if (!c.has_qkv_bias || c.has_qk_norm || c.rope_scaling.is_llama3) {
+    return bad(std::string(architecture_name(c.architecture)) +
+               "'s language model is Qwen2's: QKV bias, no q/k norm, no llama3 RoPE scaling");
+  }
+  if (c.mrope_section.size() != 3)
+    return bad("a vision-language model needs 3 mrope_section entries (temporal, height, width)");
+  int sum = 0;
+  for (int s : c.mrope_section) {
+    if (s < 0)
+      return bad("mrope_section entries must be non-negative");
+    sum += s;
+  }
+  if (sum != c.head_dim / 2) {
+    return bad("mrope_section sums to " + std::to_string(sum) +
+               ", expected head_dim / 2 = " + std::to_string(c.head_dim / 2));
+  }
+  // transformers' Qwen2-VL attention derives head_dim from the width.
+  if (c.head_dim * c.num_attention_heads != c.hidden_size) {
+    return bad("head_dim (" + std::to_string(c.head_dim) + ") must be hidden_size / " +
+               "num_attention_heads for " + std::string(architecture_name(c.architecture)));
+  }
+  const std::pair<const char*, int> ids[] = {{"image_token_id", c.image_token_id},
+                                             {"vision_start_token_id", c.vision_start_token_id},
+                                             {"vision_end_token_id", c.vision_end_token_id}};
+  for (const auto& [name, id] : ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return bad(std::string(name) + " " + std::to_string(id) + " is outside the vocabulary of " +
+                 std::to_string(c.vocab_size));
+    }
+  }
+  if (c.vision) {
+    RETURN_IF_ERROR(validate_vision_config(*c.vision));
+    const VisionArchitecture expected = c.architecture == Architecture::kQwen2Vl
+                                            ? VisionArchitecture::kQwen2Vl
+                                            : VisionArchitecture::kQwen25Vl;
+    if (c.vision->architecture != expected) {
+      return bad("the vision tower is " +
+                 std::string(vision_architecture_name(c.vision->architecture)) + "'s, not " +
+                 std::string(vision_architecture_name(expected)) + "'s");
+    }
+    if (c.vision->out_hidden_size != c.hidden_size) {
+      return bad("the vision merger's output width " + std::to_string(c.vision->out_hidden_size) +
+                 " differs from hidden_size " + std::to_string(c.hidden_size));
+    }
+  }
   return Status::ok();
 }
 
@@ -244,7 +399,57 @@ Result<ModelConfig> parse_model_config(std::string_view config_json) {
   }
 }
 
+namespace {
+
+// The hub layout of Qwen/Qwen2-VL-2B-Instruct and Qwen/Qwen2.5-VL-3B-Instruct: the language
+// model's fields at the top level, M-RoPE in rope_scaling, the tower in "vision_config".
+std::string to_vision_language_config_json(const ModelConfig& c) {
+  json j;
+  j["architectures"] = json::array({std::string(architecture_name(c.architecture))});
+  j["model_type"] = std::string(architecture_model_type(c.architecture));
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", c.mrope_section}};
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = c.max_position_embeddings;
+  j["max_window_layers"] = c.num_hidden_layers;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  if (c.bos_token_id) {
+    j["bos_token_id"] = *c.bos_token_id;
+  } else {
+    j["bos_token_id"] = nullptr;
+  }
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+  j["image_token_id"] = c.image_token_id;
+  j["vision_start_token_id"] = c.vision_start_token_id;
+  j["vision_end_token_id"] = c.vision_end_token_id;
+  if (c.vision)
+    j["vision_config"] = vision_config_to_json(*c.vision);
+  if (!c.torch_dtype.empty())
+    j["torch_dtype"] = c.torch_dtype;
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
 std::string to_config_json(const ModelConfig& c) {
+  if (is_vision_language(c.architecture))
+    return to_vision_language_config_json(c);
   json j;
   j["architectures"] = json::array({std::string(architecture_name(c.architecture))});
   j["model_type"] = std::string(architecture_model_type(c.architecture));

@@ -1,9 +1,11 @@
 # Model files: config.json, safetensors, GGUF, presets and the make-model writer.
 add_library(crescent_model_formats STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/config.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/vision_config.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tensor_source.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/safetensors.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/gguf.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/gguf_mmproj.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_files.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/presets.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/make_model.cc
@@ -19,6 +21,7 @@ crescent_test(model_formats_test
     ${CMAKE_CURRENT_SOURCE_DIR}/config_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/safetensors_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/gguf_test.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/gguf_mmproj_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/model_files_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/make_model_test.cc
   LIBS crescent_model_formats

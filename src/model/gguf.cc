@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/thread_pool.h"
+#include "model/gguf_mmproj.h"
 
 namespace crescent::model {
 
@@ -186,6 +187,20 @@ std::string ggml_type_name(uint32_t ggml_type) {
   return t ? std::string(t->name) : "type " + std::to_string(ggml_type);
 }
 
+uint32_t gguf_file_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
+  }
+  return 0;
+}
+
 uint32_t ggml_type_of(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -198,6 +213,21 @@ uint32_t ggml_type_of(DType dtype) {
       return kGgmlTypeQ8_0;
   }
   return kGgmlTypeF32;
+}
+
+std::string_view gguf_architecture_name(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
+    case Architecture::kQwen2Vl:
+    case Architecture::kQwen25Vl:
+      return "qwen2vl";
+  }
+  return "?";
 }
 
 std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name) {
@@ -268,6 +298,29 @@ void quantize_q8_0(const float* x, int64_t num_values, Q8Block* out) {
     for (int64_t i = 0; i < kQ8BlockSize; ++i) {
       out[b].quants[i] = static_cast<int8_t>(std::round(v[i] * id));
     }
+  }
+}
+
+void float_to_dtype(const float* values, int64_t num_values, DType dtype, void* out) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, values, static_cast<size_t>(num_values) * 4);
+      break;
+    case DType::kF16: {
+      auto* o = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < num_values; ++i)
+        o[i] = float_to_f16(values[i]);
+      break;
+    }
+    case DType::kBF16: {
+      auto* o = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < num_values; ++i)
+        o[i] = float_to_bf16(values[i]);
+      break;
+    }
+    case DType::kQ8_0:
+      quantize_q8_0(values, num_values, static_cast<Q8Block*>(out));
+      break;
   }
 }
 
@@ -540,6 +593,25 @@ std::vector<std::string> GgufFile::names() const {
   return out;
 }
 
+Result<TensorView> GgufFile::get_by_gguf_name(const std::string& gguf_name) const {
+  auto it = std::find_if(tensors_.begin(), tensors_.end(),
+                         [&](const GgufTensorInfo& t) { return t.name == gguf_name; });
+  if (it == tensors_.end())
+    return not_found(path() + ": no tensor " + gguf_name);
+  std::optional<DType> dtype = dtype_of_ggml(it->ggml_type);
+  if (!dtype) {
+    return unimplemented(path() + ": tensor " + gguf_name + " has ggml type " +
+                         ggml_type_name(it->ggml_type) + " (supported: F32, F16, BF16, Q8_0)");
+  }
+  TensorView v;
+  v.name = gguf_name;
+  v.dtype = *dtype;
+  v.shape.assign(it->dims.rbegin(), it->dims.rend());
+  v.data = file_->data() + it->offset;
+  v.num_bytes = it->num_bytes;
+  return v;
+}
+
 bool GgufFile::has_key(const std::string& key) const {
   return scalars_.count(key) > 0 || arrays_.count(key) > 0;
 }
@@ -623,6 +695,26 @@ Result<std::vector<std::string>> GgufFile::get_string_array(const std::string& k
   return out;
 }
 
+Result<std::vector<double>> GgufFile::get_float_array(const std::string& key) const {
+  ASSIGN_OR_RETURN(const ArrayRef* a, array(key));
+  std::vector<double> out;
+  const uint8_t* p = file_->data() + a->offset;  // validated by parse()
+  for (int64_t i = 0; i < a->count; ++i) {
+    if (a->element_type == GgufValueType::kFloat32) {
+      float v;
+      std::memcpy(&v, p + i * 4, 4);
+      out.push_back(float_to_short_double(v));
+    } else if (a->element_type == GgufValueType::kFloat64) {
+      double v;
+      std::memcpy(&v, p + i * 8, 8);
+      out.push_back(v);
+    } else {
+      return invalid_argument(path() + ": metadata " + key + " is not an array of floats");
+    }
+  }
+  return out;
+}
+
 Result<std::vector<int64_t>> GgufFile::get_int_array(const std::string& key) const {
   ASSIGN_OR_RETURN(const ArrayRef* a, array(key));
   std::vector<int64_t> out;
@@ -688,9 +780,16 @@ Result<ModelConfig> GgufFile::model_config() const {
     c.architecture = Architecture::kQwen2;
   } else if (arch == "qwen3") {
     c.architecture = Architecture::kQwen3;
+  } else if (arch == "qwen2vl") {
+    c.architecture = Architecture::kQwen2Vl;
+    if (has_key("crescent.architecture")) {
+      ASSIGN_OR_RETURN(std::string name, get_string("crescent.architecture"));
+      if (name == architecture_name(Architecture::kQwen25Vl))
+        c.architecture = Architecture::kQwen25Vl;
+    }
   } else {
     return unimplemented(path() + ": general.architecture '" + arch +
-                         "' is not supported (llama, qwen2, qwen3 are)");
+                         "' is not supported (llama, qwen2, qwen3, qwen2vl are)");
   }
   c.architecture_name = std::string(architecture_name(c.architecture));
   auto int_key = [&](const std::string& suffix) -> Result<int> {
@@ -768,9 +867,11 @@ Result<ModelConfig> GgufFile::model_config() const {
     return invalid_argument(path() + ": cannot tell the vocabulary size (no token_embd.weight)");
   }
   c.tie_word_embeddings = by_hf_name_.count("lm_head.weight") == 0;
-  c.has_qkv_bias = c.architecture == Architecture::kQwen2 ||
+  c.has_qkv_bias = c.architecture == Architecture::kQwen2 || arch == "qwen2vl" ||
                    by_hf_name_.count("model.layers.0.self_attn.q_proj.bias") > 0;
   c.has_qk_norm = c.architecture == Architecture::kQwen3;
+  if (arch == "qwen2vl")
+    RETURN_IF_ERROR(read_qwen2vl_text_config(*this, &c));
 
   if (has_key("tokenizer.ggml.bos_token_id")) {
     ASSIGN_OR_RETURN(int64_t bos, get_int("tokenizer.ggml.bos_token_id"));
@@ -867,6 +968,13 @@ void GgufWriter::set_i32_array(const std::string& key, const std::vector<int32_t
   for (int32_t v : values)
     append(kv_bytes_, v);
 }
+void GgufWriter::set_f32_array(const std::string& key, const std::vector<float>& values) {
+  put_key(key, GgufValueType::kArray);
+  append<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufValueType::kFloat32));
+  append<uint64_t>(kv_bytes_, values.size());
+  for (float v : values)
+    append(kv_bytes_, v);
+}
 
 Status GgufWriter::add_tensor(const std::string& gguf_name, DType dtype,
                               std::vector<int64_t> hf_shape) {
@@ -961,7 +1069,7 @@ Status GgufWriter::finish() {
 }
 
 void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& c, const std::string& model_name) {
-  const std::string arch(architecture_model_type(c.architecture));
+  const std::string arch(gguf_architecture_name(c.architecture));
   w.set_string("general.architecture", arch);
   w.set_string("general.name", model_name);
   auto u32 = [](int v) { return static_cast<uint32_t>(v); };
@@ -985,6 +1093,12 @@ void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& c, const std::str
               static_cast<float>(c.rope_scaling.high_freq_factor));
     w.set_u32("crescent.rope_scaling.original_max_position_embeddings",
               u32(c.rope_scaling.original_max_position_embeddings));
+  }
+  if (c.is_multimodal()) {
+    std::vector<int32_t> sections(c.mrope_section.begin(), c.mrope_section.end());
+    sections.resize(std::max<size_t>(sections.size(), 4), 0);
+    w.set_i32_array(arch + ".rope.dimension_sections", sections);
+    w.set_string("crescent.architecture", architecture_name(c.architecture));
   }
   std::vector<int32_t> eos(c.eos_token_ids.begin(), c.eos_token_ids.end());
   w.set_i32_array("crescent.eos_token_ids", eos);
@@ -1059,22 +1173,7 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
                   const std::function<void(int64_t, int64_t)>& progress) {
   GgufWriter w(path);
   add_gguf_model_metadata(w, config, model_name);
-  uint32_t file_type = 0;
-  switch (dtype) {
-    case DType::kF32:
-      file_type = 0;
-      break;
-    case DType::kF16:
-      file_type = 1;
-      break;
-    case DType::kQ8_0:
-      file_type = 7;
-      break;
-    case DType::kBF16:
-      file_type = 32;
-      break;
-  }
-  w.set_u32("general.file_type", file_type);
+  w.set_u32("general.file_type", gguf_file_type(dtype));
   w.set_u32("general.quantization_version", 2);
   RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config));
 
@@ -1085,6 +1184,8 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
   };
   std::vector<Plan> plans;
   for (const std::string& name : source.names()) {
+    if (name.rfind("visual.", 0) == 0)
+      continue;  // the vision tower goes to the mmproj file
     std::optional<std::string> gguf_name = hf_to_gguf_name(name);
     if (!gguf_name)
       return unimplemented("tensor " + name + " has no GGUF name");
@@ -1140,27 +1241,7 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
                              static_cast<const uint8_t*>(v.data) + src * src_row_bytes,
                              src_row_bytes};
           tensor_to_float(src_row, row.data());
-          uint8_t* dst = converted.data() + r * out_row_bytes;
-          switch (p.out) {
-            case DType::kF32:
-              std::memcpy(dst, row.data(), row.size() * 4);
-              break;
-            case DType::kF16: {
-              auto* o = reinterpret_cast<uint16_t*>(dst);
-              for (int64_t i = 0; i < num_cols; ++i)
-                o[i] = float_to_f16(row[i]);
-              break;
-            }
-            case DType::kBF16: {
-              auto* o = reinterpret_cast<uint16_t*>(dst);
-              for (int64_t i = 0; i < num_cols; ++i)
-                o[i] = float_to_bf16(row[i]);
-              break;
-            }
-            case DType::kQ8_0:
-              quantize_q8_0(row.data(), num_cols, reinterpret_cast<Q8Block*>(dst));
-              break;
-          }
+          float_to_dtype(row.data(), num_cols, p.out, converted.data() + r * out_row_bytes);
         }
       };
       if (n * num_cols >= (1 << 18)) {

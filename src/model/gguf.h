@@ -40,6 +40,8 @@ inline constexpr uint32_t kGgmlTypeBF16 = 30;
 // "Q4_K", or "type 77" for an unknown id.
 std::string ggml_type_name(uint32_t ggml_type);
 uint32_t ggml_type_of(DType dtype);
+// general.file_type (llama_ftype) of a file whose 2-D tensors are `dtype`: 0, 1, 32 or 7.
+uint32_t gguf_file_type(DType dtype);
 
 // GGUF metadata value types.
 enum class GgufValueType : uint32_t {
@@ -58,6 +60,11 @@ enum class GgufValueType : uint32_t {
   kFloat64 = 12,
 };
 
+// general.architecture of a model's LLM GGUF: "llama", "qwen2", "qwen3"; "qwen2vl" for both
+// Qwen2-VL and Qwen2.5-VL (llama.cpp's converter writes the same text model for both; the vision
+// tower lives in a separate mmproj file, see gguf_mmproj.h).
+std::string_view gguf_architecture_name(Architecture arch);
+
 // HF <-> GGUF tensor names; nullopt for names outside the decoder-only model.
 std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
 std::optional<std::string> hf_to_gguf_name(std::string_view hf_name);
@@ -70,6 +77,9 @@ int64_t gguf_qk_permute_heads(const ModelConfig& config, std::string_view hf_nam
 
 // ggml's reference Q8_0 quantisation: per 32 values scale = amax/127 (F16), q = round(x/scale).
 void quantize_q8_0(const float* x, int64_t num_values, Q8Block* out);
+// Stores num_values floats as `dtype` at out (dtype_num_bytes(dtype, num_values) bytes; a
+// multiple of 32 values for Q8_0).
+void float_to_dtype(const float* values, int64_t num_values, DType dtype, void* out);
 
 // llama.cpp's rope_freqs.weight for llama3 RoPE scaling: one factor per rotary pair.
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& config);
@@ -92,6 +102,9 @@ class GgufFile : public TensorSource {
   // Tensors by HF name. Types other than F32/F16/BF16/Q8_0 -> Unimplemented naming both.
   Result<TensorView> get(const std::string& hf_name) const override;
   std::vector<std::string> names() const override;
+  // A tensor by its GGUF name (e.g. "v.blk.0.attn_q.weight" of an mmproj file), dims reversed
+  // to row-major order, never permuted; the view's name is the GGUF name.
+  Result<TensorView> get_by_gguf_name(const std::string& gguf_name) const;
 
   // Metadata. Integers of any width read as int64; floats as double.
   bool has_key(const std::string& key) const;
@@ -103,12 +116,17 @@ class GgufFile : public TensorSource {
   Result<int64_t> get_array_size(const std::string& key) const;
   Result<std::vector<std::string>> get_string_array(const std::string& key) const;
   Result<std::vector<int64_t>> get_int_array(const std::string& key) const;
+  // Arrays of F32 or F64 (read as the shortest decimal that gives the same float, as scalars).
+  Result<std::vector<double>> get_float_array(const std::string& key) const;
 
   const std::vector<GgufTensorInfo>& tensor_infos() const { return tensors_; }
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return version_; }
 
-  // Hyper-parameters from general.architecture and <arch>.* keys (see docs/models.md).
+  // Hyper-parameters from general.architecture and <arch>.* keys (see docs/models.md). For
+  // "qwen2vl" also mrope_section (<arch>.rope.dimension_sections) and the image token ids (from
+  // the vocabulary when it holds them, else Qwen's); `vision` stays empty (it is in the
+  // mmproj) and the architecture is kQwen2Vl unless crescent.architecture names Qwen2.5-VL.
   Result<ModelConfig> model_config() const;
 
  private:
@@ -151,6 +169,7 @@ class GgufWriter {
   void set_string(const std::string& key, std::string_view value);
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& values);
+  void set_f32_array(const std::string& key, const std::vector<float>& values);
 
   // Declares a tensor by GGUF name with its HF (row-major) shape.
   Status add_tensor(const std::string& gguf_name, DType dtype, std::vector<int64_t> hf_shape);
@@ -179,7 +198,9 @@ class GgufWriter {
   int64_t current_written_ = 0;
 };
 
-// general.*, <arch>.* and crescent.* keys for `config` (call before write_header()).
+// general.*, <arch>.* and crescent.* keys for `config` (call before write_header()); for
+// Qwen2-VL / Qwen2.5-VL also qwen2vl.rope.dimension_sections (mrope_section padded to 4 with 0)
+// and crescent.architecture (the HF architecture name).
 void add_gguf_model_metadata(GgufWriter& writer, const ModelConfig& config,
                              const std::string& model_name);
 // tokenizer.ggml.* keys from a Hugging Face tokenizer.json (byte-level BPE): model "gpt2",
@@ -187,7 +208,8 @@ void add_gguf_model_metadata(GgufWriter& writer, const ModelConfig& config,
 Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenizer_json,
                                    const ModelConfig& config);
 
-// Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata.
+// Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata; a
+// vision-language source's "visual.*" tensors are left out (they go to the mmproj file).
 // 2-D tensors are stored as `dtype` (F32/F16/BF16/Q8_0), 1-D ones (norms, biases) as F32;
 // LLaMA Q/K rows are permuted. Reads rows on demand, so a memory-mapped source is streamed;
 // rows are converted on ThreadPool::default_pool() (call from one thread at a time).

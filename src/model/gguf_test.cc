@@ -389,5 +389,49 @@ TEST_F(GgufTest, CorruptHeaderValuesAreRejected) {
   EXPECT_NE(c.status().message().find("qwen3.embedding_length"), std::string::npos);
 }
 
+TEST_F(GgufTest, Qwen2VlLanguageModelRoundTrips) {
+  // A vocabulary that holds the vision tokens at ids of its own.
+  constexpr const char* kVlTokenizer = R"({
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]},
+    "added_tokens": [{"id": 500, "content": "<|end|>", "special": true},
+                     {"id": 502, "content": "<|vision_start|>", "special": true},
+                     {"id": 503, "content": "<|vision_end|>", "special": true},
+                     {"id": 504, "content": "<|image_pad|>", "special": true}]})";
+  for (const char* preset : {"tiny-qwen2-vl", "tiny-qwen2.5-vl"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = write_source(preset, "vl.safetensors");
+    c.image_token_id = 504;
+    c.vision_start_token_id = 502;
+    c.vision_end_token_id = 503;
+    auto source = SafetensorsFile::open(path("vl.safetensors"));
+    ASSERT_TRUE(source.is_ok());
+    ASSERT_TRUE(write_gguf(path("vl.gguf"), c, **source, DType::kF32, kVlTokenizer, "vl").is_ok());
+    auto f = GgufFile::open(path("vl.gguf"));
+    ASSERT_TRUE(f.is_ok());
+    EXPECT_EQ((*f)->get_string("general.architecture").value(), "qwen2vl");
+    EXPECT_EQ((*f)->get_int("qwen2vl.block_count").value(), 2);
+    EXPECT_EQ((*f)->get_int_array("qwen2vl.rope.dimension_sections").value(),
+              (std::vector<int64_t>{2, 3, 3, 0}));
+    // The tower stays out of the LLM file; the LLM keeps its HF names.
+    for (const GgufTensorInfo& t : (*f)->tensor_infos())
+      EXPECT_EQ(t.name.find("visual"), std::string::npos) << t.name;
+    EXPECT_TRUE((*f)->get("model.layers.1.self_attn.k_proj.bias").is_ok());
+    Result<ModelConfig> read = (*f)->model_config();
+    ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+    ModelConfig expected = c;
+    expected.vision.reset();  // in the mmproj
+    EXPECT_EQ(*read, expected);
+  }
+  // Without the tokens in the vocabulary the ids default to Qwen's, which a 512-token
+  // vocabulary cannot hold.
+  ModelConfig c = write_source("tiny-qwen2-vl", "vl.safetensors");
+  auto source = SafetensorsFile::open(path("vl.safetensors"));
+  ASSERT_TRUE(
+      write_gguf(path("plain.gguf"), c, **source, DType::kF32, kTinyTokenizer, "p").is_ok());
+  Result<ModelConfig> read = (*GgufFile::open(path("plain.gguf")))->model_config();
+  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(read.status().message().find("151655"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace crescent::model

@@ -2,12 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
 #include "model/gguf.h"
+#include "model/gguf_mmproj.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
 
@@ -46,6 +52,50 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   specs.push_back({"model.norm.weight", {hidden}});
   if (!c.tie_word_embeddings)
     specs.push_back({"lm_head.weight", {c.vocab_size, hidden}});
+  if (c.vision) {
+    std::vector<TensorSpec> visual = vision_tensor_specs(*c.vision);
+    specs.insert(specs.end(), std::make_move_iterator(visual.begin()),
+                 std::make_move_iterator(visual.end()));
+  }
+  return specs;
+}
+
+std::vector<TensorSpec> vision_tensor_specs(const VisionConfig& v) {
+  const int64_t embed = v.embed_dim;
+  const int64_t ffn = v.intermediate_size;
+  const int64_t merged = int64_t{v.merge_unit()} * embed;
+  const bool is_qwen2 = v.architecture == VisionArchitecture::kQwen2Vl;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"visual.patch_embed.proj.weight",
+                   {embed, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size}});
+  // Qwen2-VL's norms are LayerNorms (weight and bias), Qwen2.5-VL's RMSNorms (weight only).
+  auto norm = [&](const std::string& prefix) {
+    specs.push_back({prefix + ".weight", {embed}});
+    if (is_qwen2)
+      specs.push_back({prefix + ".bias", {embed}});
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    specs.push_back({prefix + ".weight", {out, in}});
+    specs.push_back({prefix + ".bias", {out}});
+  };
+  for (int block = 0; block < v.depth; ++block) {
+    const std::string p = "visual.blocks." + std::to_string(block) + ".";
+    norm(p + "norm1");
+    norm(p + "norm2");
+    linear(p + "attn.qkv", 3 * embed, embed);
+    linear(p + "attn.proj", embed, embed);
+    if (is_qwen2) {
+      linear(p + "mlp.fc1", ffn, embed);
+      linear(p + "mlp.fc2", embed, ffn);
+    } else {
+      linear(p + "mlp.gate_proj", ffn, embed);
+      linear(p + "mlp.up_proj", ffn, embed);
+      linear(p + "mlp.down_proj", embed, ffn);
+    }
+  }
+  norm("visual.merger.ln_q");
+  linear("visual.merger.mlp.0", merged, merged);
+  linear("visual.merger.mlp.2", v.out_hidden_size, merged);
   return specs;
 }
 
@@ -76,17 +126,24 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 void generate_weights(const ModelConfig& c, const TensorSpec& spec, uint64_t seed, int64_t begin,
                       int64_t count, float* out) {
   // Linear layers ~ N(0, 0.02); the projections that write into the residual stream are scaled
-  // down by sqrt(2 * layers) (GPT-2's rule) so activations stay O(1) through the stack.
+  // down by sqrt(2 * layers) (GPT-2's rule) so activations stay O(1) through the stack. The
+  // vision tower follows the same rules with its own depth (its patch embedding sees ~1176
+  // normalised pixels, so N(0, 0.02) gives O(1) embeddings).
   float mean = 0.0f;
   float stddev = 0.02f;
   const std::string_view name = spec.name;
-  if (ends_with(name, "norm.weight")) {
+  const bool is_visual = name.substr(0, 7) == "visual.";
+  const int num_layers = is_visual && c.vision ? c.vision->depth : c.num_hidden_layers;
+  if (ends_with(name, "norm.weight") || ends_with(name, "norm1.weight") ||
+      ends_with(name, "norm2.weight") || ends_with(name, "ln_q.weight")) {
     mean = 1.0f;
     stddev = 0.02f;
   } else if (ends_with(name, ".bias")) {
     stddev = 0.01f;
-  } else if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight")) {
-    stddev = 0.02f / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers));
+  } else if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") ||
+             (is_visual &&
+              (ends_with(name, "attn.proj.weight") || ends_with(name, "fc2.weight")))) {
+    stddev = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max(num_layers, 1)));
   }
   const uint64_t key = splitmix64(seed ^ fnv1a(name));
   // Counter-based: element i draws from splitmix64(key + i), four 16-bit uniforms summed
@@ -98,6 +155,56 @@ void generate_weights(const ModelConfig& c, const TensorSpec& spec, uint64_t see
         static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
     out[i] = mean + stddev * ((sum - 2.0f * 65535.0f) * kScale);
   }
+}
+
+namespace {
+
+// A float as JSON writes it: OpenAI CLIP's normalisation constants as the checkpoints spell them
+// (0.48145466, though 0.48145467 is the shorter decimal of the same float), anything else as
+// the shortest decimal that reads back as the same float (not 0.4814546597003937).
+double short_decimal(float f) {
+  for (double clip : {0.48145466, 0.4578275, 0.40821073, 0.26862954, 0.26130258, 0.27577711}) {
+    if (static_cast<float>(clip) == f)
+      return clip;
+  }
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f)
+      return std::strtod(buf, nullptr);
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string qwen2_vl_preprocessor_config_json(const VisionConfig& v, int64_t min_pixels,
+                                              int64_t max_pixels) {
+  nlohmann::json mean = nlohmann::json::array();
+  nlohmann::json std_dev = nlohmann::json::array();
+  for (int i = 0; i < 3; ++i) {
+    mean.push_back(short_decimal(v.image_mean[i]));
+    std_dev.push_back(short_decimal(v.image_std[i]));
+  }
+  nlohmann::json j;
+  j["image_processor_type"] = "Qwen2VLImageProcessor";
+  j["processor_class"] =
+      v.architecture == VisionArchitecture::kQwen2Vl ? "Qwen2VLProcessor" : "Qwen2_5_VLProcessor";
+  j["do_convert_rgb"] = true;
+  j["do_resize"] = true;
+  j["do_rescale"] = true;
+  j["do_normalize"] = true;
+  j["resample"] = 3;  // PIL bicubic
+  j["rescale_factor"] = 1.0 / 255.0;
+  j["image_mean"] = mean;
+  j["image_std"] = std_dev;
+  j["min_pixels"] = min_pixels;
+  j["max_pixels"] = max_pixels;
+  j["size"] = {{"shortest_edge", min_pixels}, {"longest_edge", max_pixels}};
+  j["patch_size"] = v.patch_size;
+  j["temporal_patch_size"] = v.temporal_patch_size;
+  j["merge_size"] = v.spatial_merge_size;
+  return j.dump(2) + "\n";
 }
 
 Result<DType> parse_dtype_flag(std::string_view text) {
@@ -119,6 +226,13 @@ class Progress {
   Progress(bool enabled, std::string label, int64_t total_bytes)
       : enabled_(enabled), label_(std::move(label)), total_bytes_(total_bytes) {}
   void set_total(int64_t total_bytes) { total_bytes_ = total_bytes; }
+  // For writers that report (bytes done, bytes total).
+  std::function<void(int64_t, int64_t)> callback() {
+    return [this](int64_t done, int64_t total) {
+      set_total(total);
+      update(done);
+    };
+  }
   void update(int64_t done_bytes) {
     if (!enabled_)
       return;
@@ -159,6 +273,17 @@ std::string torch_dtype_name(DType dtype) {
       break;
   }
   return "";
+}
+
+Result<std::string> with_chat_template(std::string_view tokenizer_config,
+                                       const std::string& chat_template) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(tokenizer_config);
+    j["chat_template"] = chat_template;
+    return j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("tokenizer_config.json: ") + e.what());
+  }
 }
 
 Status write_weights(const fs::path& path, const ModelConfig& config, DType dtype, uint64_t seed,
@@ -231,6 +356,9 @@ Status make_model(const MakeModelOptions& options) {
                    read_file_to_string((tokenizer_dir / "tokenizer.json").string()));
   ASSIGN_OR_RETURN(std::string tokenizer_config,
                    read_file_to_string((tokenizer_dir / "tokenizer_config.json").string()));
+  if (!preset.chat_template.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_config, with_chat_template(tokenizer_config, preset.chat_template));
+  }
 
   const fs::path out(options.out_dir);
   std::error_code ec;
@@ -245,17 +373,25 @@ Status make_model(const MakeModelOptions& options) {
   RETURN_IF_ERROR(write_weights(out / "model.safetensors", config, options.dtype, options.seed,
                                 options.show_progress));
 
-  // The GGUF is converted from the safetensors just written (memory-mapped, streamed), so both
-  // files hold the same values.
+  if (config.vision) {
+    RETURN_IF_ERROR(write_text(
+        out / "preprocessor_config.json",
+        qwen2_vl_preprocessor_config_json(*config.vision, preset.min_pixels, preset.max_pixels)));
+  }
+
+  // The GGUF files are converted from the safetensors just written (memory-mapped, streamed), so
+  // they hold the same values: model.gguf the LLM, mmproj.gguf the vision tower (llama.cpp's
+  // pair; llama-mtmd-cli -m model.gguf --mmproj mmproj.gguf).
   ASSIGN_OR_RETURN(auto source, SafetensorsFile::open((out / "model.safetensors").string()));
-  Progress progress(options.show_progress, "model.gguf", 0);
-  auto report = [&](int64_t done, int64_t total) {
-    progress.set_total(total);
-    progress.update(done);
-  };
   const DType gguf_dtype = options.gguf_dtype.value_or(options.dtype);
-  return write_gguf((out / "model.gguf").string(), config, *source, gguf_dtype, tokenizer_json,
-                    preset.name, report);
+  Progress gguf_progress(options.show_progress, "model.gguf", 0);
+  RETURN_IF_ERROR(write_gguf((out / "model.gguf").string(), config, *source, gguf_dtype,
+                             tokenizer_json, preset.name, gguf_progress.callback()));
+  if (!config.vision)
+    return Status::ok();
+  Progress mmproj_progress(options.show_progress, "mmproj.gguf", 0);
+  return write_mmproj_gguf((out / "mmproj.gguf").string(), *config.vision, *source, gguf_dtype,
+                           preset.name, mmproj_progress.callback());
 }
 
 }  // namespace crescent::model

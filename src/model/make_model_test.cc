@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/gguf.h"
+#include "model/gguf_mmproj.h"
 #include "model/model_files.h"
 #include "model/presets.h"
 
@@ -97,6 +99,142 @@ TEST_F(MakeModelTest, EveryTinyPresetOpensBothWaysWithTheSameWeights) {
   }
 }
 
+TEST_F(MakeModelTest, VisionLanguagePresetsWriteTheHfCheckoutAndTheGgufPair) {
+  for (const char* preset : {"tiny-qwen2-vl", "tiny-qwen2.5-vl"}) {
+    SCOPED_TRACE(preset);
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(make(preset, preset, 1).is_ok());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 20.0);  // about a second in Release
+    const fs::path dir = dir_ / preset;
+    for (const char* f :
+         {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+          "tokenizer_config.json", "preprocessor_config.json", "model.gguf", "mmproj.gguf"}) {
+      EXPECT_TRUE(fs::exists(dir / f)) << f;
+    }
+    const ModelPreset p = *find_model_preset(preset);
+    ModelConfig expected = p.config;
+    expected.torch_dtype = "bfloat16";
+    ASSERT_TRUE(expected.vision.has_value());
+    const VisionConfig& vision = *expected.vision;
+
+    // config.json round-trips, vision_config included.
+    Result<ModelConfig> parsed = parse_model_config(read_all(dir / "config.json"));
+    ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+    EXPECT_EQ(*parsed, expected);
+
+    // The processor and chat template a Qwen2-VL checkout ships.
+    auto pre = nlohmann::json::parse(read_all(dir / "preprocessor_config.json"));
+    EXPECT_EQ(pre["image_processor_type"], "Qwen2VLImageProcessor");
+    EXPECT_EQ(pre["min_pixels"], 3136);
+    EXPECT_EQ(pre["max_pixels"], 28 * 28 * 64);
+    EXPECT_EQ(pre["patch_size"], 14);
+    EXPECT_EQ(pre["temporal_patch_size"], 2);
+    EXPECT_EQ(pre["merge_size"], 2);
+    EXPECT_EQ(pre["do_normalize"], true);
+    EXPECT_EQ(pre["rescale_factor"].get<double>(), 1.0 / 255.0);
+    EXPECT_EQ(pre["image_mean"][0].get<double>(), 0.48145466);
+    EXPECT_EQ(pre["image_std"][2].get<double>(), 0.27577711);
+    EXPECT_NE(read_all(dir / "preprocessor_config.json").find("0.48145466,"), std::string::npos);
+    auto tok_config = nlohmann::json::parse(read_all(dir / "tokenizer_config.json"));
+    EXPECT_EQ(tok_config["chat_template"], p.chat_template);
+    EXPECT_NE(p.chat_template.find("<|vision_start|><|image_pad|><|vision_end|>"),
+              std::string::npos);
+
+    // The HF checkout: the LLM and the tower, with the shapes transformers expects.
+    Result<ModelFiles> hf = open_model(dir.string());
+    ASSERT_TRUE(hf.is_ok()) << hf.status().to_string();
+    EXPECT_EQ(hf->config, expected);
+    ASSERT_NE(hf->vision_tensors, nullptr);
+    EXPECT_EQ(hf->preprocessor_config_path, (dir / "preprocessor_config.json").string());
+    const std::vector<TensorSpec> visual = vision_tensor_specs(vision);
+    EXPECT_EQ(hf->tensors->names().size(), model_tensor_specs(expected).size());
+    ASSERT_TRUE(require_tensor(*hf->vision_tensors, "visual.patch_embed.proj.weight",
+                               {vision.embed_dim, 3, 2, 14, 14})
+                    .is_ok());
+    ASSERT_TRUE(require_tensor(*hf->vision_tensors, "visual.merger.mlp.0.weight",
+                               {4 * vision.embed_dim, 4 * vision.embed_dim})
+                    .is_ok());
+    ASSERT_TRUE(require_tensor(*hf->vision_tensors, "visual.merger.mlp.2.weight",
+                               {64, 4 * vision.embed_dim})
+                    .is_ok());
+
+    // The GGUF pair: model.gguf (arch qwen2vl, M-RoPE sections) and mmproj.gguf (clip).
+    auto llm = GgufFile::open((dir / "model.gguf").string());
+    ASSERT_TRUE(llm.is_ok());
+    EXPECT_EQ((*llm)->get_string("general.architecture").value(), "qwen2vl");
+    EXPECT_EQ((*llm)->get_int_array("qwen2vl.rope.dimension_sections").value(),
+              (std::vector<int64_t>{2, 3, 3, 0}));
+    for (const GgufTensorInfo& t : (*llm)->tensor_infos())
+      EXPECT_EQ(t.name.rfind("v.", 0), std::string::npos) << t.name;
+    auto mm = GgufFile::open((dir / "mmproj.gguf").string());
+    ASSERT_TRUE(mm.is_ok());
+    EXPECT_EQ((*mm)->get_string("general.architecture").value(), "clip");
+    EXPECT_EQ((*mm)->get_string("clip.projector_type").value(),
+              mmproj_projector_type(vision.architecture));
+
+    Result<ModelFiles> gguf = open_model((dir / "model.gguf").string());
+    ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+    EXPECT_EQ(gguf->config, expected);
+    ASSERT_NE(gguf->vision_tensors, nullptr);
+    EXPECT_EQ(gguf->preprocessor_config_path, hf->preprocessor_config_path);
+    EXPECT_EQ(gguf->vision_tensors->names().size(), visual.size());
+    for (const TensorSpec& spec : model_tensor_specs(expected)) {
+      const bool is_visual = spec.name.rfind("visual.", 0) == 0;
+      const TensorSource& a_src = is_visual ? *hf->vision_tensors : *hf->tensors;
+      const TensorSource& b_src = is_visual ? *gguf->vision_tensors : *gguf->tensors;
+      Result<TensorView> a = require_tensor(a_src, spec.name, spec.shape);
+      Result<TensorView> b = require_tensor(b_src, spec.name, spec.shape);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      EXPECT_EQ(a->dtype, DType::kBF16);
+      // BF16 -> BF16 (2-D), F32 (1-D and the patch embedding): exact either way.
+      EXPECT_EQ(tensor_to_float(*a), tensor_to_float(*b)) << spec.name;
+    }
+
+    // Same seed, same bytes (the mmproj and the processor config included).
+    ASSERT_TRUE(make(preset, std::string(preset) + "-again", 1).is_ok());
+    for (const char* f : {"mmproj.gguf", "model.gguf", "preprocessor_config.json",
+                          "tokenizer_config.json", "config.json"}) {
+      EXPECT_EQ(read_all(dir / f), read_all(dir_ / (std::string(preset) + "-again") / f)) << f;
+    }
+  }
+}
+
+TEST_F(MakeModelTest, RealVisionLanguagePresetsHaveTheCheckpointsShapes) {
+  const ModelConfig q2 = find_model_preset("qwen2-vl-2b")->config;
+  EXPECT_EQ(q2.architecture, Architecture::kQwen2Vl);
+  EXPECT_EQ(q2.hidden_size, 1536);
+  EXPECT_EQ(q2.num_hidden_layers, 28);
+  EXPECT_EQ(q2.intermediate_size, 8960);
+  EXPECT_EQ(q2.mrope_section, (std::vector<int>{16, 24, 24}));
+  EXPECT_EQ(q2.vision->embed_dim, 1280);
+  EXPECT_EQ(q2.vision->intermediate_size, 5120);
+  EXPECT_EQ(q2.vision->out_hidden_size, 1536);
+  const ModelConfig q25 = find_model_preset("qwen2.5-vl-3b")->config;
+  EXPECT_EQ(q25.architecture, Architecture::kQwen25Vl);
+  EXPECT_EQ(q25.hidden_size, 2048);
+  EXPECT_EQ(q25.num_hidden_layers, 36);
+  EXPECT_EQ(q25.intermediate_size, 11008);
+  EXPECT_EQ(q25.max_position_embeddings, 128000);
+  EXPECT_EQ(q25.vision->intermediate_size, 3420);
+  EXPECT_EQ(q25.vision->fullatt_block_indexes, (std::vector<int>{7, 15, 23, 31}));
+  EXPECT_EQ(q25.vision->window_size, 112);
+  for (const ModelConfig* c : {&q2, &q25}) {
+    EXPECT_TRUE(validate_model_config(*c).is_ok());
+    EXPECT_TRUE(validate_vision_config(*c->vision).is_ok());
+    int64_t visual = 0;
+    for (const TensorSpec& s : vision_tensor_specs(*c->vision)) {
+      int64_t n = 1;
+      for (int64_t d : s.shape)
+        n *= d;
+      visual += n;
+    }
+    EXPECT_NEAR(static_cast<double>(visual), 6.7e8, 0.1e8);  // both towers: ~670M parameters
+  }
+}
+
 TEST_F(MakeModelTest, WeightStatisticsAreSane) {
   ModelConfig c = find_model_preset("small")->config;
   auto stats = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -125,6 +263,21 @@ TEST_F(MakeModelTest, WeightStatisticsAreSane) {
   EXPECT_NEAR(os, 0.02 / std::sqrt(8.0), 1e-3);
   auto [nm, ns] = stats("model.layers.0.input_layernorm.weight", {256});
   EXPECT_NEAR(nm, 1.0, 0.01);
+
+  // The vision tower: norms around 1, the residual-stream projections scaled by its own depth.
+  c = find_model_preset("qwen2-vl-2b")->config;
+  auto [vm, vs] = stats("visual.blocks.0.norm1.weight", {1280});
+  EXPECT_NEAR(vm, 1.0, 0.01);
+  auto [lm, ls] = stats("visual.merger.ln_q.weight", {1280});
+  EXPECT_NEAR(lm, 1.0, 0.01);
+  auto [pm, ps] = stats("visual.blocks.0.attn.proj.weight", {256, 256});
+  EXPECT_NEAR(ps, 0.02 / std::sqrt(64.0), 1e-3);
+  auto [fm, fs] = stats("visual.blocks.0.mlp.fc2.weight", {256, 256});
+  EXPECT_NEAR(fs, 0.02 / std::sqrt(64.0), 1e-3);
+  auto [em, es] = stats("visual.patch_embed.proj.weight", {64, 3, 2, 14, 14});
+  EXPECT_NEAR(es, 0.02, 1e-3);
+  auto [bm, bs] = stats("visual.blocks.0.attn.qkv.bias", {3840});
+  EXPECT_NEAR(bs, 0.01, 1e-3);
 }
 
 TEST_F(MakeModelTest, Q8GgufAndErrors) {

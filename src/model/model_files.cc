@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/gguf_mmproj.h"
 #include "model/safetensors.h"
 
 namespace crescent::model {
@@ -31,7 +32,34 @@ Status find_tokenizer(const fs::path& dir, ModelFiles& files) {
   return Status::ok();
 }
 
-Result<ModelFiles> open_gguf(const fs::path& path) {
+void find_preprocessor_config(const fs::path& dir, ModelFiles& files) {
+  if (is_file(dir / "preprocessor_config.json"))
+    files.preprocessor_config_path = (dir / "preprocessor_config.json").string();
+}
+
+// llama.cpp names the vision tower of a GGUF model mmproj-<model>-<type>.gguf.
+bool is_mmproj_name(const fs::path& p) {
+  return p.extension() == ".gguf" && p.filename().string().rfind("mmproj", 0) == 0;
+}
+
+Result<fs::path> find_mmproj(const fs::path& model_path, const fs::path& dir) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (is_mmproj_name(entry.path()) && is_file(entry.path()))
+      found.push_back(entry.path());
+  }
+  if (found.size() == 1)
+    return found[0];
+  if (found.empty()) {
+    return not_found(model_path.string() +
+                     " is a vision-language model: its vision tower is missing (pass the " +
+                     "mmproj .gguf, or put one named mmproj*.gguf beside it)");
+  }
+  return invalid_argument(dir.string() + " holds several mmproj*.gguf files: pass the one to use");
+}
+
+Result<ModelFiles> open_gguf(const fs::path& path, const std::string& mmproj_path) {
   ModelFiles files;
   ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path.string()));
   ASSIGN_OR_RETURN(files.config, gguf->model_config());
@@ -44,21 +72,59 @@ Result<ModelFiles> open_gguf(const fs::path& path) {
   fs::path dir = path.parent_path();
   if (dir.empty())
     dir = ".";
+  if (files.config.is_multimodal()) {
+    fs::path mmproj(mmproj_path);
+    if (mmproj.empty()) {
+      ASSIGN_OR_RETURN(mmproj, find_mmproj(path, dir));
+    }
+    VisionConfig vision;
+    Result<std::unique_ptr<TensorSource>> tower = open_mmproj(mmproj.string(), &vision);
+    if (!tower.is_ok())
+      return tower.status().with_context("vision tower of " + path.string());
+    if (vision.out_hidden_size != files.config.hidden_size) {
+      return invalid_argument(mmproj.string() + ": the vision tower projects to " +
+                              std::to_string(vision.out_hidden_size) + " values, but " +
+                              path.string() + " has hidden_size " +
+                              std::to_string(files.config.hidden_size));
+    }
+    // The LLM GGUF is the same for both; the projector type tells them apart.
+    files.config.architecture = vision.architecture == VisionArchitecture::kQwen25Vl
+                                    ? Architecture::kQwen25Vl
+                                    : Architecture::kQwen2Vl;
+    files.config.architecture_name = std::string(architecture_name(files.config.architecture));
+    files.config.vision = std::move(vision);
+    files.vision_tensors = std::move(tower).value();
+  } else if (!mmproj_path.empty()) {
+    return invalid_argument(path.string() + " is a text-only model; the mmproj file " +
+                            mmproj_path + " does not apply to it");
+  }
   RETURN_IF_ERROR(find_tokenizer(dir, files));
+  find_preprocessor_config(dir, files);
   files.tensors = std::move(gguf);
   return files;
 }
 
+Result<std::unique_ptr<TensorSource>> open_safetensors(const fs::path& single,
+                                                       const fs::path& index) {
+  if (is_file(single)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> source, SafetensorsFile::open(single.string()));
+    return source;
+  }
+  return open_sharded_safetensors(index.string());
+}
+
 }  // namespace
 
-Result<ModelFiles> open_model(const std::string& path_text) {
+Result<ModelFiles> open_model(const std::string& path_text, const std::string& mmproj_path) {
   const fs::path path(path_text);
   std::error_code ec;
   if (!fs::exists(path, ec))
     return not_found(path_text + ": no such file or directory");
+  if (!mmproj_path.empty() && !fs::exists(mmproj_path, ec))
+    return not_found(mmproj_path + ": no such file");
   if (!fs::is_directory(path, ec)) {
     if (path.extension() == ".gguf")
-      return open_gguf(path);
+      return open_gguf(path, mmproj_path);
     return invalid_argument(path_text + ": expected a model directory or a .gguf file");
   }
 
@@ -67,12 +133,13 @@ Result<ModelFiles> open_model(const std::string& path_text) {
   if (!is_file(single) && !is_file(index)) {
     std::vector<fs::path> ggufs;
     for (const auto& entry : fs::directory_iterator(path, ec)) {
-      if (entry.path().extension() == ".gguf" && is_file(entry.path())) {
+      if (entry.path().extension() == ".gguf" && !is_mmproj_name(entry.path()) &&
+          is_file(entry.path())) {
         ggufs.push_back(entry.path());
       }
     }
     if (ggufs.size() == 1)
-      return open_gguf(ggufs[0]);
+      return open_gguf(ggufs[0], mmproj_path);
     if (ggufs.size() > 1) {
       return invalid_argument(path_text + " holds several .gguf files and no safetensors: " +
                               "pass the .gguf file to use");
@@ -88,12 +155,27 @@ Result<ModelFiles> open_model(const std::string& path_text) {
   if (!config.is_ok())
     return config.status().with_context(config_path.string());
   files.config = std::move(config).value();
-  if (is_file(single)) {
-    ASSIGN_OR_RETURN(files.tensors, SafetensorsFile::open(single.string()));
-  } else {
-    ASSIGN_OR_RETURN(files.tensors, open_sharded_safetensors(index.string()));
+  if (!mmproj_path.empty()) {
+    return invalid_argument(path_text + " is a Hugging Face checkout" +
+                            (files.config.vision ? " with its own vision tower" : "") +
+                            ": an mmproj file only goes with a GGUF model");
+  }
+  if (files.config.is_multimodal() && !files.config.vision) {
+    return invalid_argument(config_path.string() +
+                            " sets M-RoPE sections but has no vision_config");
+  }
+  ASSIGN_OR_RETURN(files.tensors, open_safetensors(single, index));
+  if (files.config.vision) {
+    // A second handle: the same mapped files, owned separately from `tensors`.
+    ASSIGN_OR_RETURN(files.vision_tensors, open_safetensors(single, index));
+    constexpr const char* kPatchEmbed = "visual.patch_embed.proj.weight";
+    if (files.vision_tensors->get(kPatchEmbed).status().code() == StatusCode::kNotFound) {
+      return not_found(path_text + ": config.json has a vision_config but the weights hold no " +
+                       kPatchEmbed);
+    }
   }
   RETURN_IF_ERROR(find_tokenizer(path, files));
+  find_preprocessor_config(path, files);
   files.name = fs::absolute(path, ec).lexically_normal().filename().string();
   if (files.name.empty())
     files.name = fs::absolute(path, ec).lexically_normal().parent_path().filename().string();

@@ -1,8 +1,10 @@
 #pragma once
 // Opens a model from disk: a Hugging Face checkout (config.json + model.safetensors or a
 // sharded model.safetensors.index.json, tokenizer.json, tokenizer_config.json) or a GGUF file
-// (config from its metadata, tokenizer files looked up beside it). The result owns the tensor
-// source; it is immutable and may be shared between threads.
+// (config from its metadata, tokenizer files looked up beside it). A vision-language model also
+// brings its vision tower: from the checkout's own "visual.*" tensors, or for a GGUF from
+// llama.cpp's mmproj file. The result owns its tensor sources; it is immutable and may be shared
+// between threads.
 
 #include <memory>
 #include <string>
@@ -13,15 +15,24 @@
 namespace crescent::model {
 
 struct ModelFiles {
-  ModelConfig config;
+  ModelConfig config;  // config.vision is set for a vision-language model
   std::unique_ptr<TensorSource> tensors;
-  std::string tokenizer_json_path;    // always present
-  std::string tokenizer_config_path;  // empty if the checkout has none
-  std::string name;                   // directory name, or GGUF general.name
+  // The vision tower under HF names ("visual.blocks.0.attn.qkv.weight", ...); null for text
+  // models. An HF checkout gets a second handle on its own safetensors (the same mapped pages,
+  // so it lives independently of `tensors`); a GGUF model gets the mmproj file's source.
+  std::unique_ptr<TensorSource> vision_tensors;
+  std::string tokenizer_json_path;       // always present
+  std::string tokenizer_config_path;     // empty if the checkout has none
+  std::string preprocessor_config_path;  // preprocessor_config.json beside the model, or empty
+  std::string name;                      // directory name, or GGUF general.name
 };
 
 // `path` is a directory or a .gguf file. In a directory, safetensors win over a GGUF file; a
-// directory holding no safetensors and exactly one *.gguf opens that file.
-Result<ModelFiles> open_model(const std::string& path);
+// directory holding no safetensors and exactly one *.gguf besides mmproj*.gguf opens that file.
+// A GGUF whose general.architecture is "qwen2vl" needs its mmproj: `mmproj_path`, else the one
+// mmproj*.gguf in the same directory (NotFound if there is none, InvalidArgument if several);
+// the projector type then tells Qwen2-VL from Qwen2.5-VL. `mmproj_path` for a text model or an
+// HF checkout (which carries its own tower) -> InvalidArgument.
+Result<ModelFiles> open_model(const std::string& path, const std::string& mmproj_path = "");
 
 }  // namespace crescent::model

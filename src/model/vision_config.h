@@ -5,7 +5,9 @@
 // Plain value types; no thread-safety concerns.
 
 #include <array>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -48,7 +50,23 @@ struct VisionConfig {
   friend bool operator==(const VisionConfig&, const VisionConfig&) = default;
 };
 
-// Checks positive sizes, head_dim % 4 == 0 (2-D rotary), fullatt indexes within depth.
+// Checks positive sizes, head_dim % 4 == 0 (2-D rotary), fullatt indexes within depth, and
+// for Qwen2.5-VL a window of at least one merged unit (window_size >= spatial_merge_size *
+// patch_size). Qwen2-VL configs must leave window_size / fullatt_block_indexes unset.
+// InvalidArgument naming the field.
 Status validate_vision_config(const VisionConfig& config);
+
+// config.json's "vision_config" object in either architecture's key names (Qwen2-VL:
+// depth, embed_dim, num_heads, mlp_ratio, hidden_size = out_hidden_size, in_chans /
+// in_channels, hidden_act "quick_gelu"; Qwen2.5-VL: depth, hidden_size = embed_dim,
+// intermediate_size, num_heads, out_hidden_size, window_size, fullatt_block_indexes,
+// hidden_act "silu"). Omitted fields take transformers' defaults, except the output width,
+// which defaults to llm_hidden_size. Errors name the field ("vision_config.depth"); another
+// hidden_act is Unimplemented. The result is validated.
+Result<VisionConfig> parse_vision_config_json(const nlohmann::json& vision_config,
+                                              VisionArchitecture arch, int llm_hidden_size);
+// The "vision_config" object transformers reads for config.architecture (the hub layout, plus
+// "in_channels", which is the key transformers' config classes take).
+nlohmann::json vision_config_to_json(const VisionConfig& config);
 
 }  // namespace crescent::model
