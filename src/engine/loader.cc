@@ -51,6 +51,13 @@ Result<int64_t> kv_cache_num_bytes(const model::Transformer& model, const KvCach
   return std::min<int64_t>(num_blocks, INT32_MAX / 2) * block_bytes;
 }
 
+// The tower's matrices follow the language model's weight choice; Q8_0 (a GGUF-only format for
+// the LLM here) keeps the tower in BF16.
+kernels::WeightFormat vision_weight_format(model::TransformerOptions::Weights w) {
+  return w == model::TransformerOptions::Weights::kF32 ? kernels::WeightFormat::kF32
+                                                       : kernels::WeightFormat::kBF16;
+}
+
 std::string directory_of(const std::string& path) {
   auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
@@ -60,8 +67,28 @@ std::string directory_of(const std::string& path) {
 
 Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool) {
   auto loaded = std::make_unique<LoadedEngine>();
-  ASSIGN_OR_RETURN(model::ModelFiles files, model::open_model(options.model_path));
+  ASSIGN_OR_RETURN(model::ModelFiles files,
+                   model::open_model(options.model_path, options.mmproj_path));
   const std::string tokenizer_config_path = files.tokenizer_config_path;
+  if (files.config.vision) {
+    // The tower first: the Transformer takes the files over.
+    const model::TensorSource& vision_tensors =
+        files.vision_tensors ? *files.vision_tensors : *files.tensors;
+    model::VisionTransformerOptions vision_options;
+    vision_options.weights = vision_weight_format(options.transformer.weights);
+    ASSIGN_OR_RETURN(
+        loaded->vision,
+        model::VisionTransformer::load(*files.config.vision, vision_tensors, vision_options, pool));
+    loaded->encoder_runner = std::make_unique<VisionEncoderRunner>(*loaded->vision);
+    if (!files.preprocessor_config_path.empty()) {
+      ASSIGN_OR_RETURN(loaded->preprocessor_config_json,
+                       model::read_file_to_string(files.preprocessor_config_path));
+    }
+  } else if (files.config.is_multimodal()) {
+    return invalid_argument(options.model_path +
+                            " is a vision-language model without its vision tower: give the "
+                            "projector file with --mmproj");
+  }
   ASSIGN_OR_RETURN(loaded->tokenizer, model::Tokenizer::from_file(files.tokenizer_json_path));
   if (!tokenizer_config_path.empty()) {
     auto tmpl = model::ChatTemplate::from_tokenizer_config_file(tokenizer_config_path);
@@ -110,6 +137,11 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   }
   merge_generation_config_eos(directory_of(loaded->model->files().tokenizer_json_path),
                               e.eos_token_ids);
+  if (loaded->encoder_runner) {
+    e.encoder_runner = loaded->encoder_runner.get();
+    e.encoder_cache_tokens = options.encoder_cache_tokens;
+    e.max_num_encoder_tokens_per_step = options.max_num_encoder_tokens_per_step;
+  }
   const model::Tokenizer* tokenizer = loaded->tokenizer.get();
   e.make_detokenizer = [tokenizer](bool skip_special_tokens) -> std::unique_ptr<Detokenizer> {
     return std::make_unique<TokenizerDetokenizer>(*tokenizer, skip_special_tokens);

@@ -14,14 +14,23 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/transformer_runner.h"
+#include "engine/vision_encoder_runner.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "model/vision_transformer.h"
 
 namespace crescent::engine {
 
 struct LoadOptions {
   std::string model_path;
+  // Vision-language GGUF models: llama.cpp's vision projector file (empty: an mmproj*.gguf
+  // beside the model, if any). HF checkouts carry the tower in their own safetensors.
+  std::string mmproj_path;
+  // Vision-language models: encoder cache budget (embedding rows) and encoder rows per step
+  // (0: max_num_batched_tokens); see EngineOptions.
+  int64_t encoder_cache_tokens = 16384;
+  int max_num_encoder_tokens_per_step = 0;
   model::TransformerOptions transformer;
   KvCacheOptions kv_cache;
   int max_model_len = 0;  // 0: the model's max_position_embeddings
@@ -43,7 +52,14 @@ struct LoadedEngine {
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::optional<model::ChatTemplate> chat_template;  // absent: the model ships none
   std::unique_ptr<TransformerRunner> runner;
+  // Vision-language models only (null otherwise): the tower and the engine's runner over it.
+  std::unique_ptr<model::VisionTransformer> vision;
+  std::unique_ptr<VisionEncoderRunner> encoder_runner;
+  // The image processor settings (preprocessor_config.json's text; empty: the defaults).
+  std::string preprocessor_config_json;
   EngineOptions engine_options;
+
+  bool is_multimodal() const { return vision != nullptr; }
 };
 
 Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool);

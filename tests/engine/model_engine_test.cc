@@ -64,7 +64,11 @@ std::vector<int32_t> make_prompt(int len, uint32_t seed, int vocab = 150000) {
 std::vector<float> run_logits(engine::TransformerRunner& runner, const std::vector<int32_t>& tokens,
                               int64_t start_pos, const std::vector<int32_t>& table) {
   std::vector<float> logits;
-  engine::RunnerSeq seq{tokens, start_pos, table, true};
+  engine::RunnerSeq seq;
+  seq.token_ids = tokens;
+  seq.start_pos = start_pos;
+  seq.block_table = table;
+  seq.needs_logits = true;
   Status s = runner.execute(std::span<const engine::RunnerSeq>(&seq, 1), logits);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return logits;
