@@ -1,12 +1,14 @@
 // `crescent bench engine`: prefill and decode throughput of one engine on this machine, with
 // ratios to baselines measured in the same run (memcpy bandwidth for decode, a register-only
-// multiply-add microkernel for prefill), because shared machines are noisy.
+// multiply-add microkernel for prefill), because shared machines are noisy. Vision-language
+// models add the vision tower's image encoding, against the same peak.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/command.h"
@@ -14,6 +16,8 @@
 #include "apps/model_flags.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
+#include "media/image.h"
+#include "media/image_processor.h"
 
 namespace crescent::apps {
 namespace {
@@ -71,6 +75,113 @@ Result<DecodeFigures> measure_decode(engine::Engine& eng, std::mt19937& rng, int
   return DecodeFigures{batch * num_steps / secs, secs * 1000 / num_steps};
 }
 
+// A deterministic test card: gradients across each channel with a fine checker and a ring
+// pattern, so that the resize has detail to filter.
+media::RgbImage synthetic_image(int width, int height) {
+  media::RgbImage image;
+  image.width = width;
+  image.height = height;
+  image.rgb.resize(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &image.rgb[(static_cast<size_t>(y) * width + x) * 3];
+      const int checker = ((x / 8 + y / 8) % 2) * 48;
+      const int dx = x - width / 2;
+      const int dy = y - height / 2;
+      p[0] = static_cast<uint8_t>(x * 207 / std::max(1, width - 1) + checker);
+      p[1] = static_cast<uint8_t>(y * 207 / std::max(1, height - 1) + checker);
+      p[2] = static_cast<uint8_t>(((dx * dx + dy * dy) / 64) % 256);
+    }
+  }
+  return image;
+}
+
+const char* peak_name(kernels::WeightFormat format) {
+  return format == kernels::WeightFormat::kBF16 ? "BF16" : "FP32";
+}
+
+// The image-encoding section of a vision-language model: two synthetic images through the
+// model's preprocessing and its vision tower, best of `reps` timed runs after a warm-up, with
+// the tower's FLOP rate against the peak multiply-add rate of the format its matrices use.
+Status bench_vision(const engine::LoadedEngine& loaded, ThreadPool& pool, int reps,
+                    kernels::WeightFormat measured_peak_format, double measured_peak_gflops) {
+  model::VisionTransformer& tower = *loaded.vision;
+  const model::VisionConfig& vc = tower.config();
+  media::ImageProcessorConfig processor;
+  if (!loaded.preprocessor_config_json.empty()) {
+    ASSIGN_OR_RETURN(processor, media::parse_preprocessor_config(loaded.preprocessor_config_json));
+  }
+  // The baseline for the tower's own weight format (the language model's may differ).
+  const kernels::WeightFormat tower_peak_format =
+      tower.weight_format() == kernels::WeightFormat::kF32 ? kernels::WeightFormat::kF32
+                                                           : kernels::WeightFormat::kBF16;
+  const double peak_gflops = tower_peak_format == measured_peak_format
+                                 ? measured_peak_gflops
+                                 : kernels::measure_peak_gflops(pool, tower_peak_format);
+
+  std::printf(
+      "vision       %s tower: %d blocks, width %d, %d heads, %s weights, %.1f M multiply-adds "
+      "per patch; preprocessing %s (min_pixels %lld, max_pixels %lld)\n",
+      std::string(model::vision_architecture_name(vc.architecture)).c_str(), vc.depth, vc.embed_dim,
+      vc.num_heads, std::string(kernels::weight_format_name(tower.weight_format())).c_str(),
+      static_cast<double>(tower.num_weight_params()) / 1e6,
+      loaded.preprocessor_config_json.empty() ? "defaults (no preprocessor_config.json)"
+                                              : "from preprocessor_config.json",
+      static_cast<long long>(processor.min_pixels), static_cast<long long>(processor.max_pixels));
+  if (tower_peak_format != measured_peak_format) {
+    std::printf("baseline     peak %s multiply-add %.1f GFLOP/s (same run, the tower's format)\n",
+                peak_name(tower_peak_format), peak_gflops);
+  }
+
+  struct Row {
+    std::string name;
+    double gflops = 0;
+  };
+  std::vector<Row> rows;
+  for (auto [width, height] : {std::pair{448, 448}, std::pair{1280, 720}}) {
+    const media::RgbImage image = synthetic_image(width, height);
+    double best_preprocess_s = 1e30;
+    double best_encode_s = 1e30;
+    media::PixelPatches patches;
+    std::vector<float> embeddings;
+    for (int r = 0; r < reps + 1; ++r) {  // r == 0 warms up
+      auto start = SteadyClock::now();
+      ASSIGN_OR_RETURN(patches, media::preprocess_image(image, processor));
+      const double preprocess_s = seconds_since(start);
+      start = SteadyClock::now();
+      RETURN_IF_ERROR(
+          tower.encode(patches.values, patches.grid_t, patches.grid_h, patches.grid_w, embeddings));
+      const double encode_s = seconds_since(start);
+      if (r > 0) {
+        best_preprocess_s = std::min(best_preprocess_s, preprocess_s);
+        best_encode_s = std::min(best_encode_s, encode_s);
+      }
+    }
+    const int num_patches = patches.num_patches();
+    const double flops = 2.0 * static_cast<double>(tower.num_weight_params()) * num_patches +
+                         2.0 * static_cast<double>(tower.attention_flops(
+                                   patches.grid_t, patches.grid_h, patches.grid_w));
+    const double gflops = flops / best_encode_s / 1e9;
+    const std::string name = std::to_string(width) + "x" + std::to_string(height);
+    std::printf(
+        "image        %s -> %dx%d, grid %dx%dx%d: %d patches, %d tokens; preprocess %.2f ms, "
+        "tower %.2f ms per image (best of %d runs), %.1f patches/s, %.2f GFLOP/s\n",
+        name.c_str(), patches.grid_w * processor.patch_size, patches.grid_h * processor.patch_size,
+        patches.grid_t, patches.grid_h, patches.grid_w, num_patches,
+        patches.num_merged_tokens(vc.spatial_merge_size), best_preprocess_s * 1000,
+        best_encode_s * 1000, reps, num_patches / best_encode_s, gflops);
+    rows.push_back({name, gflops});
+  }
+  for (const Row& row : rows) {
+    std::printf(
+        "ratio        vision tower %-9s %.2f GFLOP/s = %.2f of peak %s multiply-add (target: "
+        "vision "
+        "tower matmuls at >= 0.50 of peak)\n",
+        row.name.c_str(), row.gflops, row.gflops / peak_gflops, peak_name(tower_peak_format));
+  }
+  return Status::ok();
+}
+
 int run_bench_engine(const std::vector<std::string>& args) {
   ModelFlags model_flags;
   model_flags.threads = 2;
@@ -85,7 +196,10 @@ int run_bench_engine(const std::vector<std::string>& args) {
       "batch, and compares them with baselines measured in the same run: batch-1 decode\n"
       "streams every weight once per token, so its weight bytes/s are compared with a\n"
       "memcpy on the same threads; prefill is compared with the peak multiply-add rate of a\n"
-      "register-only microkernel (BF16 where the CPU has it, else FP32).");
+      "register-only microkernel (BF16 where the CPU has it, else FP32). A vision-language\n"
+      "model adds its image encoding: a 448x448 and a 1280x720 synthetic image through the\n"
+      "model's preprocessing and vision tower, with the tower's FLOP rate against the peak\n"
+      "multiply-add rate of the tower's weight format.");
   model_flags.add_to(flags);
   flags.add("prompt-len", &prompt_len, "prompt tokens for the prefill measurement");
   flags.add("decode-steps", &decode_steps, "decode steps timed per measurement");
@@ -189,6 +303,12 @@ int run_bench_engine(const std::vector<std::string>& args) {
   std::printf(
       "ratio        prefill %.1f GFLOP/s = %.2f of peak multiply-add          (target >= 0.50)\n",
       prefill_gflops, prefill_gflops / peak_gflops);
+  if (loaded.is_multimodal()) {
+    if (Status s = bench_vision(loaded, pool, reps, peak_format, peak_gflops); !s.is_ok()) {
+      std::fprintf(stderr, "error: vision tower: %s\n", s.to_string().c_str());
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -70,8 +70,20 @@ Status fill_options(const FlagParser& flags, const std::string& request_rate,
                     const std::string& goodput, const std::string& percentile_metrics,
                     const std::string& metric_percentiles, const std::string& headers,
                     const std::string& temperature, const std::string& top_p,
-                    const std::string& top_k, bench::BenchServeOptions* o) {
+                    const std::string& top_k, const std::string& mm_limit,
+                    const std::string& mm_buckets, bench::BenchServeOptions* o) {
   ASSIGN_OR_RETURN(o->request_rate, bench::parse_request_rate(request_rate));
+  if (!mm_limit.empty()) {
+    ASSIGN_OR_RETURN(o->random_mm_image_limit, bench::parse_mm_limit_per_prompt(mm_limit));
+  }
+  if (!mm_buckets.empty()) {
+    ASSIGN_OR_RETURN(o->random_mm_buckets, bench::parse_mm_bucket_config(mm_buckets));
+  }
+  // Images go only to the chat endpoint: random-mm picks it unless --endpoint says otherwise
+  // (validate() then refuses a completions endpoint).
+  if (o->dataset_name == "random-mm" && !flags.was_set("endpoint")) {
+    o->endpoint = "/v1/chat/completions";
+  }
   if (!goodput.empty() || flags.was_set("goodput")) {
     ASSIGN_OR_RETURN(o->goodput, bench::parse_goodput(goodput));
   }
@@ -117,14 +129,17 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   std::string goodput, percentile_metrics = "ttft,tpot,itl,e2el", metric_percentiles = "99";
   std::string headers, temperature, top_p, top_k;
   std::string result_dir, result_filename;
+  std::string mm_limit, mm_buckets;
   int64_t input_len = -1, output_len = -1;
   bool disable_tqdm = false;
   int64_t seed = 0;
   FlagParser flags(
       "crescent bench serve --model DIR [--base-url URL | --host H --port P] "
-      "[--endpoint /v1/completions|/v1/chat/completions] --dataset-name random|sharegpt "
+      "[--endpoint /v1/completions|/v1/chat/completions] --dataset-name random|random-mm|sharegpt "
       "[--dataset-path FILE] [--random-input-len N] [--random-output-len N] "
-      "[--random-range-ratio R] [--random-prefix-len N] [--num-prompts N] [--request-rate R|inf] "
+      "[--random-range-ratio R] [--random-prefix-len N] [--random-mm-base-items-per-request N] "
+      "[--random-mm-num-mm-items-range-ratio R] [--random-mm-limit-mm-per-prompt JSON] "
+      "[--random-mm-bucket-config DICT] [--num-prompts N] [--request-rate R|inf] "
       "[--burstiness B] [--max-concurrency N] [--seed S] [--ignore-eos] "
       "[--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]",
       "Benchmarks an OpenAI-compatible server the way `vllm bench serve` does, with its flag\n"
@@ -134,7 +149,9 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
       "goodput under the --goodput SLOs. --save-result writes the figures as JSON and an SVG\n"
       "chart beside it. --model is the served model's directory (its tokenizer.json makes the\n"
       "random prompts); the request's \"model\" is --served-model-name, else the server's first\n"
-      "model. A progress bar goes to stderr when it is a terminal.");
+      "model. --dataset-name random-mm adds random-pixel PNG images to the random prompts\n"
+      "(chat endpoint only), as vLLM's random multimodal dataset. A progress bar goes to stderr\n"
+      "when it is a terminal.");
   flags.add("base-url", &o.base_url, "server base URL, e.g. http://127.0.0.1:8000");
   flags.add("host", &o.host, "server host when --base-url is not given");
   flags.add("port", &o.port, "server port when --base-url is not given");
@@ -146,7 +163,8 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   flags.add("tokenizer", &tokenizer, "tokenizer directory or tokenizer.json (default: --model)");
   flags.add("served-model-name", &o.served_model_name,
             "the \"model\" field of requests (default: the first model of GET /v1/models)");
-  flags.add("dataset-name", &o.dataset_name, "random or sharegpt");
+  flags.add("dataset-name", &o.dataset_name,
+            "random, random-mm (random prompts + images) or sharegpt");
   flags.add("dataset-path", &o.dataset_path, "ShareGPT JSON file (--dataset-name sharegpt)");
   flags.add("random-input-len", &o.random_input_len, "prompt tokens per request (random)");
   flags.add("random-output-len", &o.random_output_len, "output tokens per request (random)");
@@ -154,6 +172,17 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
             "lengths uniform in [len*(1-R), len*(1+R)], R in [0, 1)");
   flags.add("random-prefix-len", &o.random_prefix_len,
             "random tokens shared by every prompt, before its own");
+  flags.add("random-mm-base-items-per-request", &o.random_mm_base_items_per_request,
+            "random-mm: base number of images per request");
+  flags.add(
+      "random-mm-num-mm-items-range-ratio", &o.random_mm_num_mm_items_range_ratio,
+      "random-mm: images per request uniform in [floor(n*(1-R)), ceil(n*(1+R))], R in [0, 1]");
+  flags.add("random-mm-limit-mm-per-prompt", &mm_limit,
+            "random-mm: most images per request, as JSON '{\"image\": N}' (default 255)");
+  flags.add("random-mm-bucket-config", &mm_buckets,
+            "random-mm: image sizes and their probabilities, vLLM's Python dict of "
+            "(height, width, num_frames) keys (num_frames 1; default "
+            "'{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}')");
   flags.add("sharegpt-output-len", &o.sharegpt_output_len,
             "output tokens per ShareGPT request (-1: the dataset answer's length)");
   flags.add("input-len", &input_len, "general input length: sets --random-input-len");
@@ -208,7 +237,7 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
     o.sharegpt_output_len = output_len;
   }
   Status s = fill_options(flags, request_rate, goodput, percentile_metrics, metric_percentiles,
-                          headers, temperature, top_p, top_k, &o);
+                          headers, temperature, top_p, top_k, mm_limit, mm_buckets, &o);
   if (s.is_ok()) {
     s = bench::validate(o);
   }

@@ -21,7 +21,9 @@ int run_make_model(const std::vector<std::string>& args) {
   }
   FlagParser flags("crescent make-model --preset NAME --out DIR [flags]",
                    "Writes config.json, generation_config.json, model.safetensors, tokenizer.json, "
-                   "tokenizer_config.json and model.gguf with deterministic random weights.\n"
+                   "tokenizer_config.json and model.gguf with deterministic random weights; the "
+                   "vision-language presets also write preprocessor_config.json and mmproj.gguf "
+                   "(llama.cpp's vision tower file, beside model.gguf).\n"
                    "Presets:" +
                        preset_names);
   std::string preset = "tiny";
@@ -35,7 +37,7 @@ int run_make_model(const std::vector<std::string>& args) {
   flags.add("out", &out, "output directory (created if needed)");
   flags.add("dtype", &dtype, "safetensors dtype: bf16, f16 or f32");
   flags.add("gguf-type", &gguf_type,
-            "GGUF dtype of 2-D tensors: bf16, f16, f32 or q8_0 "
+            "GGUF dtype of 2-D tensors (model.gguf and mmproj.gguf): bf16, f16, f32 or q8_0 "
             "(default: same as --dtype)");
   flags.add("seed", &seed, "random seed: the same seed writes byte-identical files");
   flags.add("tokenizer-dir", &tokenizer_dir,

@@ -16,6 +16,7 @@
 #include "apps/command.h"
 #include "apps/flags.h"
 #include "apps/model_flags.h"
+#include "apps/multimodal_flags.h"
 #include "apps/serve_deployment.h"
 #include "core/clock.h"
 #include "server/openai_server.h"
@@ -89,6 +90,7 @@ int run_serve(const std::vector<std::string>& args) {
   ModelFlags model_flags;
   ServeFlags serve;
   DisaggFlags disagg;
+  MultimodalFlags multimodal;
   FlagParser flags(
       "crescent serve --model DIR|FILE [--role both|prefill|decode] [--host 127.0.0.1] "
       "[--port 8000] [--served-model-name N] [--kv-transport shm|tcp|ucx] "
@@ -101,10 +103,16 @@ int run_serve(const std::vector<std::string>& args) {
       "Disaggregation: start `--role prefill` (hosts the bootstrap server on --bootstrap-port)\n"
       "and `--role decode`, then `crescent proxy --prefill URL BOOTSTRAP_PORT --decode URL`.\n"
       "Requests carry kv_transfer_params (the proxy adds them); the decode engine fetches the\n"
-      "prompt's KV from the prefill engine and decodes. See docs/disagg.md.");
+      "prompt's KV from the prefill engine and decodes. See docs/disagg.md.\n"
+      "\n"
+      "Images: a Qwen2-VL / Qwen2.5-VL model (an HF checkout, or a GGUF with --mmproj) takes\n"
+      "chat content parts {\"type\": \"image_url\", \"image_url\": {\"url\": ...}} with data:\n"
+      "URLs, file:// URLs under --allowed-local-media-path, and http:// URLs with\n"
+      "--allow-remote-media. See docs/multimodal.md.");
   model_flags.add_to(flags);
   serve.add_to(flags);
   disagg.add_to(flags);
+  multimodal.add_to(flags);
   if (int code = flags.parse_or_exit_code(args); code >= 0) {
     return code;
   }
@@ -159,6 +167,12 @@ int run_serve(const std::vector<std::string>& args) {
     return 1;
   }
   auto& deployment = *deployment_or;
+  auto processor = multimodal.make_processor(deployment->loaded());
+  if (!processor.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", processor.status().to_string().c_str());
+    return 2;
+  }
+  server->set_multimodal(*processor);
   server::EngineClient* client = deployment->client();
   deployment_for_metrics.store(deployment.get());
   signal_watcher->set_ready();

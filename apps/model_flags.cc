@@ -18,6 +18,12 @@ void ModelFlags::add_to(FlagParser& flags) {
             "token budget of one engine step (prefill chunks + decodes)");
   flags.add("enable-prefix-caching", &enable_prefix_caching,
             "reuse KV blocks of shared prompt prefixes (--no-enable-prefix-caching to turn off)");
+  flags.add("mmproj", &mmproj,
+            "vision-language GGUF models: llama.cpp's vision projector file (default: an "
+            "mmproj*.gguf beside the model)");
+  flags.add("encoder-cache-size", &encoder_cache_size,
+            "vision-language models: image embeddings kept for reuse, in embedding rows "
+            "(one per image placeholder token); a larger image is refused");
   flags.require("model");
 }
 
@@ -56,6 +62,11 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load(
   options.max_num_seqs = max_num_seqs;
   options.max_num_batched_tokens = max_num_batched_tokens;
   options.enable_prefix_caching = enable_prefix_caching;
+  options.mmproj_path = mmproj;
+  if (encoder_cache_size < 1) {
+    return invalid_argument("--encoder-cache-size must be positive");
+  }
+  options.encoder_cache_tokens = encoder_cache_size;
   return engine::load_engine(options, pool);
 }
 

@@ -21,6 +21,8 @@ struct ModelFlags {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
+  std::string mmproj;                  // vision projector GGUF of a VL model
+  int64_t encoder_cache_size = 16384;  // embedding rows
 
   void add_to(FlagParser& flags);
   // Sizes the default thread pool and loads the model.

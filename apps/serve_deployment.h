@@ -49,6 +49,8 @@ class ServeDeployment {
   ~ServeDeployment();  // shutdown()
 
   server::EngineClient* client();
+  // Rank 0's model, tokenizer and (vision-language models) tower; every rank loads the same.
+  const engine::LoadedEngine& loaded() const { return *ranks_.front().loaded; }
   // The bootstrap this deployment registers with (prefill); empty otherwise.
   const std::string& bootstrap_url() const { return bootstrap_url_; }
   // Appends the connectors' crescent_kv_transfer_* families (nothing for --role both).

@@ -105,6 +105,14 @@ EngineMetrics DataParallelEngineClient::metrics() const {
     sum.num_preemptions_total += m.num_preemptions_total;
     sum.num_waiting_for_remote_kv += m.num_waiting_for_remote_kv;
     sum.num_blocks_held_for_remote += m.num_blocks_held_for_remote;
+    sum.num_images_encoded_total += m.num_images_encoded_total;
+    sum.num_encoder_tokens_total += m.num_encoder_tokens_total;
+    sum.encoder_seconds_total += m.encoder_seconds_total;
+    sum.encoder_cache_hits_total += m.encoder_cache_hits_total;
+    sum.encoder_cache_misses_total += m.encoder_cache_misses_total;
+    sum.encoder_cache_evictions_total += m.encoder_cache_evictions_total;
+    sum.encoder_cache_tokens_used += m.encoder_cache_tokens_used;
+    sum.encoder_cache_tokens_total += m.encoder_cache_tokens_total;
   }
   return sum;
 }

@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "engine/kv_connector.h"
+#include "engine/multimodal.h"
 #include "engine/sampling_params.h"
 
 namespace crescent::server {
@@ -58,17 +59,38 @@ struct EngineMetrics {
   int64_t num_preemptions_total = 0;
   int num_waiting_for_remote_kv = 0;   // decode side: parked until a prefill engine sends KV
   int num_blocks_held_for_remote = 0;  // blocks kept for a peer (prefill side, or in a cancel)
+  // Vision-language models: the image encoder and its cache.
+  int64_t num_images_encoded_total = 0;
+  int64_t num_encoder_tokens_total = 0;
+  double encoder_seconds_total = 0;
+  int64_t encoder_cache_hits_total = 0;    // images whose embeddings were reused
+  int64_t encoder_cache_misses_total = 0;  // images that had to be encoded
+  int64_t encoder_cache_evictions_total = 0;
+  int64_t encoder_cache_tokens_used = 0;
+  int64_t encoder_cache_tokens_total = 0;  // capacity
 };
 
 // Per-request routing and disaggregation settings beside the prompt and sampling parameters.
 struct SubmitOptions {
-  engine::KvTransferParams kv_transfer;  // from the body's kv_transfer_params
-  int data_parallel_rank = -1;           // X-data-parallel-rank; -1: the client picks
+  engine::KvTransferParams kv_transfer;          // from the body's kv_transfer_params
+  int data_parallel_rank = -1;                   // X-data-parallel-rank; -1: the client picks
+  std::vector<engine::MultiModalItem> mm_items;  // images: placeholder runs in the prompt
+};
+
+// One piece of an OpenAI content-parts list: text, or an image (the request's images travel
+// separately, in order; see GenerationRequest::images).
+struct ChatContentPart {
+  bool is_image = false;
+  std::string text;  // text parts only
 };
 
 struct ChatMessage {
   std::string role;
+  // The text of the message; for a parts list, its text parts concatenated.
   std::string content;
+  // Empty for a string content; otherwise the content in order, images included.
+  // (The "= {}" keeps {role, content} a complete initializer under -Wextra.)
+  std::vector<ChatContentPart> parts = {};
 };
 
 class EngineClient {

@@ -48,7 +48,14 @@ Result<std::string> EngineLoopClient::render_chat(const std::vector<ChatMessage>
   std::vector<model::ChatMessage> converted;
   converted.reserve(messages.size());
   for (const auto& m : messages) {
-    converted.push_back({m.role, m.content});
+    model::ChatMessage c;
+    c.role = m.role;
+    c.content = m.content;
+    c.parts.reserve(m.parts.size());
+    for (const auto& part : m.parts) {
+      c.parts.push_back({part.is_image, part.text});
+    }
+    converted.push_back(std::move(c));
   }
   return loaded_->chat_template->render(converted, add_generation_prompt);
 }
@@ -58,6 +65,7 @@ Status EngineLoopClient::submit(std::string request_id, std::vector<int32_t> pro
                                 OutputCallback on_output) {
   engine::EngineRequest request;
   request.kv_transfer_params = options.kv_transfer;
+  request.mm_items = options.mm_items;
   request.request_id = std::move(request_id);
   request.prompt_token_ids = std::move(prompt_token_ids);
   request.sampling = std::move(sampling);
@@ -108,6 +116,17 @@ EngineMetrics EngineLoopClient::metrics() const {
   m.num_preemptions_total = s.num_preemptions_total;
   m.num_waiting_for_remote_kv = s.num_waiting_for_remote_kv;
   m.num_blocks_held_for_remote = s.num_blocks_held_for_remote;
+  if (!loaded_->is_multimodal()) {
+    return m;
+  }
+  m.num_images_encoded_total = s.num_images_encoded_total;
+  m.num_encoder_tokens_total = s.num_encoder_tokens_total;
+  m.encoder_seconds_total = s.encoder_seconds_total;
+  m.encoder_cache_hits_total = s.encoder_cache.num_hits;
+  m.encoder_cache_misses_total = s.encoder_cache.num_misses;
+  m.encoder_cache_evictions_total = s.encoder_cache.num_evictions;
+  m.encoder_cache_tokens_used = s.encoder_cache.num_tokens_used;
+  m.encoder_cache_tokens_total = s.encoder_cache.capacity_tokens;
   return m;
 }
 

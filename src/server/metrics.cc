@@ -69,6 +69,25 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
           static_cast<double>(engine.num_generation_tokens_total));
   counter("crescent_num_preemptions_total", "Requests preempted for lack of KV blocks.",
           static_cast<double>(engine.num_preemptions_total));
+  if (engine.encoder_cache_tokens_total > 0) {
+    counter("crescent_encoder_images_total", "Images run through the vision encoder.",
+            static_cast<double>(engine.num_images_encoded_total));
+    counter("crescent_encoder_tokens_total", "Embedding rows the vision encoder produced.",
+            static_cast<double>(engine.num_encoder_tokens_total));
+    counter("crescent_encoder_seconds_total", "Time spent in the vision encoder.",
+            engine.encoder_seconds_total);
+    counter("crescent_encoder_cache_hits_total",
+            "Images whose embeddings came from the encoder cache.",
+            static_cast<double>(engine.encoder_cache_hits_total));
+    counter("crescent_encoder_cache_misses_total", "Images the encoder cache did not hold.",
+            static_cast<double>(engine.encoder_cache_misses_total));
+    counter("crescent_encoder_cache_evictions_total", "Encoder cache entries evicted.",
+            static_cast<double>(engine.encoder_cache_evictions_total));
+    gauge("crescent_encoder_cache_usage_ratio",
+          "Fraction of the encoder cache (embedding rows) in use (0 to 1).",
+          static_cast<double>(engine.encoder_cache_tokens_used) /
+              static_cast<double>(engine.encoder_cache_tokens_total));
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   append_header(&out, "crescent_request_success_total", "counter",

@@ -155,6 +155,13 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::start(OpenAiServerOptions op
   return server;
 }
 
+void OpenAiServer::set_multimodal(std::shared_ptr<const MultimodalProcessor> multimodal) {
+  multimodal_ = std::move(multimodal);
+  if (multimodal_ != nullptr && media_workers_ == nullptr) {
+    media_workers_ = std::make_unique<TaskQueue>(options_.num_media_threads);
+  }
+}
+
 void OpenAiServer::set_engine(EngineClient* engine) {
   engine_.store(engine);
 }
@@ -274,8 +281,39 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     return fail(e);
   }
 
+  if (req.images.empty()) {
+    return start_generation(request, std::move(writer), std::move(call), chat, {});
+  }
+  if (multimodal_ == nullptr) {
+    return fail(bad_request("the model `" + options_.served_model_name + "` does not take images",
+                            "messages"));
+  }
+  // Fetching (file://, http://), decoding and preprocessing may take a while: off the I/O
+  // thread. A bad image is refused before anything is rendered or queued.
+  auto shared_request = std::make_shared<Request>(std::move(request));
+  media_workers_->post([this, shared_request, writer, call, chat] {
+    auto prepared = multimodal_->prepare(call->request.images);
+    if (!prepared.is_ok()) {
+      send_json(*writer, 400,
+                dump_json(error_json(bad_request(prepared.status().message(), "messages"))));
+      return;
+    }
+    start_generation(*shared_request, writer, call, chat, std::move(prepared).value());
+  });
+}
+
+void OpenAiServer::start_generation(const Request& request, std::shared_ptr<ResponseWriter> writer,
+                                    std::shared_ptr<Call> call, bool chat,
+                                    std::vector<PreparedImage> images) {
+  auto fail = [&](const ApiError& e) {
+    send_json(*writer, e.http_status, dump_json(error_json(e)));
+  };
+  EngineClient* engine = call->engine;
+  GenerationRequest& req = call->request;
+
   // Prompt tokens.
   std::vector<int32_t> prompt;
+  std::vector<engine::MultiModalItem> mm_items;
   if (chat) {
     std::vector<ChatMessage> messages = req.messages;
     auto rendered = engine->render_chat(messages, req.add_generation_prompt);
@@ -289,6 +327,13 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
       return fail(bad_request(ids.status().message(), "messages"));
     }
     prompt = std::move(ids).value();
+    if (multimodal_ != nullptr) {
+      auto items = multimodal_->expand(prompt, images);
+      if (!items.is_ok()) {
+        return fail(bad_request(items.status().message(), "messages"));
+      }
+      mm_items = std::move(items).value();
+    }
   } else if (req.prompt_text) {
     auto ids = engine->tokenize(*req.prompt_text, /*add_special_tokens=*/true);
     if (!ids.is_ok()) {
@@ -333,6 +378,7 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
 
   SubmitOptions submit_options;
   submit_options.kv_transfer = req.kv_transfer;
+  submit_options.mm_items = std::move(mm_items);
   if (std::string rank = request.header("x-data-parallel-rank"); !rank.empty()) {
     char* end = nullptr;
     errno = 0;

@@ -13,9 +13,11 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/task_queue.h"
 #include "net/http/http_server.h"
 #include "server/engine_client.h"
 #include "server/metrics.h"
+#include "server/multimodal_processor.h"
 
 namespace crescent::server {
 
@@ -27,6 +29,8 @@ struct OpenAiServerOptions {
   int default_completion_max_tokens = 16;
   // Appends more Prometheus text to /metrics (the KV connector's metrics). Thread-safe.
   std::function<void(std::string*)> extra_metrics;
+  // Threads that fetch, decode and preprocess request images (vision-language models).
+  int num_media_threads = 2;
 };
 
 class OpenAiServer {
@@ -34,6 +38,9 @@ class OpenAiServer {
   static Result<std::unique_ptr<OpenAiServer>> start(OpenAiServerOptions options);
   ~OpenAiServer();  // stop()
 
+  // Vision-language models: how image parts become engine inputs. Call before set_engine();
+  // without it, requests with images are refused with a 400.
+  void set_multimodal(std::shared_ptr<const MultimodalProcessor> multimodal);
   // Makes the server ready; engine must outlive the server (or the next set_engine(nullptr)).
   void set_engine(EngineClient* engine);
   int port() const;
@@ -52,6 +59,11 @@ class OpenAiServer {
   void handle(net::http::Request request, std::shared_ptr<net::http::ResponseWriter> writer);
   void handle_generation(net::http::Request request,
                          std::shared_ptr<net::http::ResponseWriter> writer, bool chat);
+  // The rest of handle_generation once the request's images (if any) are prepared: renders
+  // and tokenizes the prompt, checks its length and submits it.
+  void start_generation(const net::http::Request& request,
+                        std::shared_ptr<net::http::ResponseWriter> writer,
+                        std::shared_ptr<Call> call, bool chat, std::vector<PreparedImage> images);
   void on_output(const std::shared_ptr<Call>& call, const GenerationOutput& output);
   void send_json(net::http::ResponseWriter& writer, int status, const std::string& body,
                  net::http::Headers headers = {});
@@ -59,10 +71,14 @@ class OpenAiServer {
   OpenAiServerOptions options_;
   std::unique_ptr<net::http::Server> http_;
   std::atomic<EngineClient*> engine_{nullptr};
+  // Written once before engine_ is set; read only after engine_ was seen non-null.
+  std::shared_ptr<const MultimodalProcessor> multimodal_;
   std::atomic<bool> draining_{false};
   std::atomic<int> num_in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};
   ServerMetrics metrics_;
+  // Image fetching and decoding (set_multimodal); declared last so that it is joined first.
+  std::unique_ptr<TaskQueue> media_workers_;
 };
 
 }  // namespace crescent::server

@@ -1,0 +1,68 @@
+#pragma once
+// MultimodalProcessor: the server's half of an image request. It turns the image_url parts of
+// a chat request into what the engine takes: fetch the bytes (image_inputs.h), decode them to
+// RGB and preprocess them exactly as the model's image processor does (src/media), hash the
+// result (mm_hash), and expand each image placeholder the chat template rendered into one token
+// per merged patch, recording where each image's run sits. Runs on the HTTP threads, so the
+// engine's thread never decodes an image. Immutable after creation; thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/multimodal.h"
+#include "media/image_processor.h"
+#include "server/image_inputs.h"
+#include "server/openai_protocol.h"
+
+namespace crescent::server {
+
+struct MultimodalOptions {
+  ImageFetchOptions fetch;
+  int max_images_per_prompt = 8;          // vLLM's --limit-mm-per-prompt (image)
+  int64_t max_image_pixels = 50'000'000;  // decoded size, before resizing
+};
+
+struct PreparedImage {
+  std::shared_ptr<const engine::EncoderInput> input;
+  std::string mm_hash;
+  int llm_grid_t = 0;
+  int llm_grid_h = 0;
+  int llm_grid_w = 0;
+  int num_tokens() const { return llm_grid_t * llm_grid_h * llm_grid_w; }
+};
+
+class MultimodalProcessor {
+ public:
+  // processor: the model's image processor settings; merge_size must equal the vision tower's
+  // spatial_merge_size. image_token_id: the placeholder (<|image_pad|>).
+  static Result<std::shared_ptr<const MultimodalProcessor>> create(
+      media::ImageProcessorConfig processor, int spatial_merge_size, int32_t image_token_id,
+      MultimodalOptions options);
+
+  const MultimodalOptions& options() const { return options_; }
+  const media::ImageProcessorConfig& processor() const { return processor_; }
+  int32_t image_token_id() const { return image_token_id_; }
+
+  // Fetches, decodes and preprocesses every image. InvalidArgument (DeadlineExceeded for a
+  // remote fetch past its time) naming the image by its position in the request.
+  Result<std::vector<PreparedImage>> prepare(const std::vector<ImageRef>& images) const;
+  // prompt holds exactly one image_token_id per image (in order), as the chat template renders
+  // it: each becomes the image's num_tokens() placeholders. Returns the engine's items.
+  Result<std::vector<engine::MultiModalItem>> expand(
+      std::vector<int32_t>& prompt, const std::vector<PreparedImage>& images) const;
+
+ private:
+  MultimodalProcessor(media::ImageProcessorConfig processor, int32_t image_token_id,
+                      MultimodalOptions options)
+      : processor_(processor), image_token_id_(image_token_id), options_(std::move(options)) {}
+  Result<PreparedImage> prepare_one(const ImageRef& image) const;
+
+  media::ImageProcessorConfig processor_;
+  int32_t image_token_id_;
+  MultimodalOptions options_;
+};
+
+}  // namespace crescent::server
