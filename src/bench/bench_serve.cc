@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "bench/arrivals.h"
 #include "bench/chart.h"
@@ -114,9 +116,19 @@ Result<std::string> first_served_model(const ServerAddress& address) {
   return j["data"][0]["id"].get<std::string>();
 }
 
+RandomMultiModalOptions random_mm_options(const BenchServeOptions& o) {
+  RandomMultiModalOptions mm;
+  mm.base_items_per_request = o.random_mm_base_items_per_request;
+  mm.num_mm_items_range_ratio = o.random_mm_num_mm_items_range_ratio;
+  mm.image_limit = o.random_mm_image_limit;
+  mm.buckets = o.random_mm_buckets;
+  mm.seed = o.seed;
+  return mm;
+}
+
 Result<std::vector<SampleRequest>> make_prompts(const BenchServeOptions& o,
                                                 const model::Tokenizer& tokenizer) {
-  if (o.dataset_name == "random") {
+  if (o.dataset_name == "random" || o.dataset_name == "random-mm") {
     RandomDatasetOptions r;
     r.input_len = o.random_input_len;
     r.output_len = o.random_output_len;
@@ -243,19 +255,31 @@ Status validate(const BenchServeOptions& o) {
     return invalid_argument("--endpoint must be /v1/completions or /v1/chat/completions, got '" +
                             o.endpoint + "'");
   }
-  if (o.dataset_name == "random") {
+  if (o.dataset_name == "random" || o.dataset_name == "random-mm") {
     if (!o.dataset_path.empty()) {
-      return invalid_argument(
-          "--dataset-name random makes its own prompts: drop --dataset-path "
-          "(or use --dataset-name sharegpt)");
+      return invalid_argument("--dataset-name " + o.dataset_name +
+                              " makes its own prompts: drop --dataset-path "
+                              "(or use --dataset-name sharegpt)");
     }
   } else if (o.dataset_name == "sharegpt") {
     if (o.dataset_path.empty()) {
       return invalid_argument("--dataset-name sharegpt needs --dataset-path FILE.json");
     }
   } else {
-    return invalid_argument("--dataset-name must be random or sharegpt, got '" + o.dataset_name +
-                            "'");
+    return invalid_argument("--dataset-name must be random, random-mm or sharegpt, got '" +
+                            o.dataset_name + "'");
+  }
+  if (o.dataset_name == "random-mm") {
+    if (!ends_with(o.endpoint, "/chat/completions")) {
+      return invalid_argument(
+          "--dataset-name random-mm sends images, which only the chat endpoint takes (as in "
+          "vLLM): use --endpoint /v1/chat/completions (the default with random-mm), not '" +
+          o.endpoint + "'");
+    }
+    if (o.random_mm_buckets.empty()) {
+      return invalid_argument("--random-mm-bucket-config has no image bucket");
+    }
+    RETURN_IF_ERROR(mm_items_range(random_mm_options(o)).status());
   }
   if (o.num_prompts <= 0) {
     return invalid_argument("--num-prompts must be > 0");
@@ -310,12 +334,33 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
     std::fprintf(out, "First model name: %s\n", model_name.c_str());
   }
   ASSIGN_OR_RETURN(std::vector<SampleRequest> prompts, make_prompts(o, tokenizer));
+  const bool has_images = o.dataset_name == "random-mm";
+  if (has_images) {
+    // Every image up front, each its own random pixels (a repeated image would hit the server's
+    // encoder and prefix caches), so the timed loop only sends.
+    auto start = std::chrono::steady_clock::now();
+    const unsigned num_cores = std::thread::hardware_concurrency();
+    RETURN_IF_ERROR(add_random_images(&prompts, random_mm_options(o),
+                                      static_cast<int>(std::max(1u, num_cores))));
+    int64_t num_images = 0;
+    double num_bytes = 0;
+    for (const SampleRequest& p : prompts) {
+      num_images += static_cast<int64_t>(p.image_urls.size());
+      for (const std::string& url : p.image_urls) {
+        num_bytes += static_cast<double>(url.size());
+      }
+    }
+    std::fprintf(out, "Generated %lld random images (%.1f MiB of PNG data URLs) in %.2f s\n",
+                 static_cast<long long>(num_images), num_bytes / 1048576.0,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 
   RequestOptions request_options;
   request_options.path = address.path_prefix + endpoint;
   request_options.is_chat = is_chat;
   request_options.model = model_name;
-  request_options.ignore_eos = o.ignore_eos || o.dataset_name == "random";
+  request_options.ignore_eos =
+      o.ignore_eos || o.dataset_name == "random" || o.dataset_name == "random-mm";
   request_options.extra_body_json = o.extra_body_json;
   for (const auto& [name, value] : o.headers) {
     std::string lower = name;
@@ -428,6 +473,7 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
   info.percentile_metrics = o.percentile_metrics;
   info.percentiles = o.metric_percentiles;
   info.goodput = o.goodput;
+  info.has_images = has_images;
 
   std::fputs(format_failures(result.outputs).c_str(), out);
   if (metrics.completed == 0) {

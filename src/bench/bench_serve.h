@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/dataset.h"
 #include "bench/metrics.h"
 #include "core/status.h"
 
@@ -30,13 +31,18 @@ struct BenchServeOptions {
   std::string tokenizer;          // a model directory with tokenizer.json, or the file itself
   std::string served_model_name;  // "" -> the first model of GET /v1/models
   // What: the dataset.
-  std::string dataset_name = "random";  // random | sharegpt
+  std::string dataset_name = "random";  // random | random-mm | sharegpt
   std::string dataset_path;
   int64_t random_input_len = 1024;
   int64_t random_output_len = 128;
   double random_range_ratio = 0;
   int64_t random_prefix_len = 0;
   int64_t sharegpt_output_len = -1;
+  // random-mm (vLLM's flags): the random prompts plus images, chat endpoint only.
+  int64_t random_mm_base_items_per_request = 1;
+  double random_mm_num_mm_items_range_ratio = 0;
+  int64_t random_mm_image_limit = 255;  // --random-mm-limit-mm-per-prompt
+  std::vector<ImageBucket> random_mm_buckets = RandomMultiModalOptions{}.buckets;  // normalized
   int64_t num_prompts = 1000;
   // How: traffic shape.
   double request_rate = std::numeric_limits<double>::infinity();
@@ -68,7 +74,8 @@ Result<std::vector<double>> parse_metric_percentiles(std::string_view text);
 // "inf" or a number > 0
 Result<double> parse_request_rate(std::string_view text);
 
-// Checks the options against each other (dataset path only for sharegpt, ranges, ...).
+// Checks the options against each other (dataset path only for sharegpt, the chat endpoint for
+// random-mm, ranges, ...).
 Status validate(const BenchServeOptions& options);
 
 // Runs the benchmark; progress and notes go to `log` (stderr), the report to `out` (stdout).

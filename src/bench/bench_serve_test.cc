@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "bench/fake_openai_server.h"
@@ -260,6 +261,135 @@ TEST(BenchServeOptionsTest, ValidatesCombinations) {
   bad = o;
   bad.extra_body_json = "[1]";
   EXPECT_FALSE(validate(bad).is_ok());
+}
+
+TEST(BenchServeOptionsTest, RandomMmNeedsTheChatEndpoint) {
+  BenchServeOptions o;
+  o.tokenizer = "t";
+  o.dataset_name = "random-mm";
+  o.endpoint = "/v1/chat/completions";
+  EXPECT_TRUE(validate(o).is_ok()) << validate(o).to_string();
+  BenchServeOptions bad = o;
+  bad.endpoint = "/v1/completions";
+  Status s = validate(bad);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("only the chat endpoint"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--endpoint /v1/chat/completions"), std::string::npos);
+  bad = o;
+  bad.dataset_path = "x.json";
+  EXPECT_NE(validate(bad).message().find("drop --dataset-path"), std::string::npos);
+  bad = o;
+  bad.random_mm_image_limit = 0;  // base 1 image > limit 0
+  EXPECT_FALSE(validate(bad).is_ok());
+  bad = o;
+  bad.random_mm_num_mm_items_range_ratio = 2;
+  EXPECT_FALSE(validate(bad).is_ok());
+  bad = o;
+  bad.random_mm_buckets.clear();
+  EXPECT_FALSE(validate(bad).is_ok());
+}
+
+TEST(OpenAiRequestTest, ChatBodyCarriesTextThenImageParts) {
+  SampleRequest r;
+  r.prompt = "hello there";
+  r.prompt_len = 2;
+  r.expected_output_len = 7;
+  r.image_urls = {"data:image/png;base64,AAAA", "data:image/png;base64,BBBB"};
+  RequestOptions options;
+  options.is_chat = true;
+  options.model = "m";
+  options.ignore_eos = true;
+  json body = json::parse(request_body(r, options));
+  ASSERT_EQ(body["messages"].size(), 1u);
+  const json& message = body["messages"][0];
+  EXPECT_EQ(message["role"], "user");
+  ASSERT_TRUE(message["content"].is_array());
+  ASSERT_EQ(message["content"].size(), 3u);
+  EXPECT_EQ(message["content"][0], json({{"type", "text"}, {"text", "hello there"}}));
+  EXPECT_EQ(message["content"][1],
+            json({{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}));
+  EXPECT_EQ(message["content"][2]["image_url"]["url"], "data:image/png;base64,BBBB");
+  EXPECT_EQ(body["max_completion_tokens"], 7);
+  EXPECT_EQ(body["stream"], true);
+  EXPECT_EQ(body["ignore_eos"], true);
+  EXPECT_FALSE(body.contains("prompt"));
+
+  // Without images the content stays a plain string, as before.
+  r.image_urls.clear();
+  body = json::parse(request_body(r, options));
+  EXPECT_EQ(body["messages"][0]["content"], "hello there");
+}
+
+TEST(BenchServeTest, RandomMmSendsImagesAndCountsThem) {
+  auto fake = start_fake(nullptr);
+  FakeOpenAiServer& server = *fake;
+  BenchServeOptions o = small_run(server.port());
+  o.dataset_name = "random-mm";
+  o.endpoint = "/v1/chat/completions";
+  o.served_model_name = "fake-model";
+  o.num_prompts = 8;
+  o.random_mm_base_items_per_request = 2;
+  o.random_mm_num_mm_items_range_ratio = 0.5;  // 1..3 images
+  o.random_mm_buckets = {{20, 30, 0.5}, {14, 14, 0.5}};
+  o.save_detailed = true;
+  FILE* out = std::tmpfile();
+  auto r = run_bench_serve(o, out, nullptr);
+  std::string text = read_all(out);
+  std::fclose(out);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << text;
+  EXPECT_EQ((*r)["completed"], 8);
+  expect_bench_bodies(server);
+
+  // The run's requests (the first seen is the test request) and the images they carried.
+  auto seen = server.seen_requests();
+  ASSERT_EQ(seen.size(), 9u);
+  int64_t num_images = 0;
+  std::set<std::string> urls;
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].path, "/v1/chat/completions");
+    json content = json::parse(seen[i].body)["messages"][0]["content"];
+    ASSERT_TRUE(content.is_array());
+    EXPECT_EQ(content[0]["type"], "text");
+    ASSERT_GE(content.size(), 2u);
+    ASSERT_LE(content.size(), 4u);
+    for (size_t k = 1; k < content.size(); ++k) {
+      EXPECT_EQ(content[k]["type"], "image_url");
+      std::string url = content[k]["image_url"]["url"];
+      EXPECT_EQ(url.rfind("data:image/png;base64,iVBORw0KGgo", 0), 0u) << url.substr(0, 40);
+      urls.insert(url);
+      ++num_images;
+    }
+  }
+  EXPECT_EQ(static_cast<int64_t>(urls.size()), num_images);
+  EXPECT_EQ((*r)["total_images_sent"], num_images);
+  EXPECT_EQ((*r)["total_images_completed"], num_images);
+  int64_t listed = 0;
+  for (const json& n : (*r)["num_images"]) {
+    listed += n.get<int64_t>();
+  }
+  EXPECT_EQ(listed, num_images);
+  EXPECT_NE(text.find("Generated " + std::to_string(num_images) + " random images"),
+            std::string::npos)
+      << text;
+  char row[128];
+  std::snprintf(row, sizeof(row), "%-40s %-10lld",
+                "Total images sent:", static_cast<long long>(num_images));
+  EXPECT_NE(text.find(row), std::string::npos) << text;
+  EXPECT_NE(text.find("Image throughput (img/s):"), std::string::npos);
+}
+
+TEST(BenchServeTest, TextRunsDoNotMentionImages) {
+  auto fake = start_fake(nullptr);
+  BenchServeOptions o = small_run(fake->port());
+  o.served_model_name = "fake-model";
+  o.num_prompts = 2;
+  FILE* out = std::tmpfile();
+  auto r = run_bench_serve(o, out, nullptr);
+  std::string text = read_all(out);
+  std::fclose(out);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(text.find("image"), std::string::npos) << text;
+  EXPECT_FALSE(r->contains("total_images_sent"));
 }
 
 }  // namespace

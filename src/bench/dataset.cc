@@ -1,11 +1,20 @@
 #include "bench/dataset.h"
 
 #include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
 #include <string_view>
+#include <thread>
+
+#include "media/encode.h"
 
 namespace crescent::bench {
 
@@ -181,7 +190,11 @@ Result<std::vector<SampleRequest>> sample_sharegpt(const model::Tokenizer& token
     bool is_valid = prompt_len >= 4 && (fixed_output || output_len >= 4) && prompt_len <= 1024 &&
                     prompt_len + output_len <= 2048;
     if (is_valid) {
-      samples.push_back({prompt, prompt_len, output_len});
+      SampleRequest sample;
+      sample.prompt = prompt;
+      sample.prompt_len = prompt_len;
+      sample.expected_output_len = output_len;
+      samples.push_back(std::move(sample));
     }
   }
   if (samples.empty()) {
@@ -195,6 +208,425 @@ Result<std::vector<SampleRequest>> sample_sharegpt(const model::Tokenizer& token
     samples.push_back(samples[static_cast<size_t>(uniform(rng, 0, num_kept - 1))]);
   }
   return samples;
+}
+
+// ---- random-mm ----
+
+namespace {
+
+constexpr std::string_view kBucketFlag = "--random-mm-bucket-config";
+// crescent serve's default --max-image-pixels; larger images would be refused anyway.
+constexpr int64_t kMaxBucketPixels = 50'000'000;
+
+// A cursor over the Python dict literal of --random-mm-bucket-config.
+class BucketConfigParser {
+ public:
+  explicit BucketConfigParser(std::string_view text) : text_(text) {}
+
+  Result<std::vector<std::pair<std::array<int64_t, 3>, double>>> parse_dict() {
+    std::vector<std::pair<std::array<int64_t, 3>, double>> entries;
+    if (!eat('{')) {
+      return error("expected a dict such as {(256, 256, 1): 0.5, (720, 1280, 1): 0.5}");
+    }
+    while (!eat('}')) {
+      ASSIGN_OR_RETURN(auto key, parse_key());
+      if (!eat(':')) {
+        return error("expected ':' after the key");
+      }
+      ASSIGN_OR_RETURN(std::string token, number_token());
+      ASSIGN_OR_RETURN(double value, to_double(token));
+      // Python's dict: a repeated key keeps its place and takes the last value.
+      auto same = std::find_if(entries.begin(), entries.end(),
+                               [&](const auto& e) { return e.first == key; });
+      if (same != entries.end()) {
+        same->second = value;
+      } else {
+        entries.emplace_back(key, value);
+      }
+      if (!eat(',')) {
+        if (!eat('}')) {
+          return error("expected ',' or '}'");
+        }
+        break;
+      }
+    }
+    skip_space();
+    if (pos_ != text_.size()) {
+      return error("unexpected text after the closing '}'");
+    }
+    return entries;
+  }
+
+  // A whole text that is one key, for quoted keys.
+  Result<std::array<int64_t, 3>> parse_key_only() {
+    ASSIGN_OR_RETURN(auto key, parse_tuple());
+    skip_space();
+    if (pos_ != text_.size()) {
+      return error("unexpected text after the tuple");
+    }
+    return key;
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_])) != 0) {
+      ++pos_;
+    }
+  }
+
+  bool eat(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  Status error(const std::string& what) const {
+    std::string where =
+        pos_ < text_.size() ? "at '" + std::string(text_.substr(pos_, 20)) + "'" : "at the end";
+    return invalid_argument(std::string(kBucketFlag) + ": " + what + " (" + where + " in '" +
+                            std::string(text_) + "')");
+  }
+
+  Result<std::array<int64_t, 3>> parse_key() {
+    skip_space();
+    if (pos_ < text_.size() && (text_[pos_] == '\'' || text_[pos_] == '"')) {
+      // vLLM's parser also takes a key written as a string holding the tuple.
+      const char quote = text_[pos_++];
+      size_t end = text_.find(quote, pos_);
+      if (end == std::string_view::npos) {
+        return error("unterminated quoted key");
+      }
+      std::string_view inner = text_.substr(pos_, end - pos_);
+      pos_ = end + 1;
+      return BucketConfigParser(inner).parse_key_only();
+    }
+    return parse_tuple();
+  }
+
+  Result<std::array<int64_t, 3>> parse_tuple() {
+    if (!eat('(')) {
+      return error("expected a key (height, width, num_frames)");
+    }
+    std::vector<int64_t> values;
+    while (!eat(')')) {
+      ASSIGN_OR_RETURN(std::string token, number_token());
+      ASSIGN_OR_RETURN(int64_t v, to_int(token));
+      values.push_back(v);
+      if (!eat(',')) {
+        if (!eat(')')) {
+          return error("expected ',' or ')' in the key");
+        }
+        break;
+      }
+    }
+    if (values.size() != 3) {
+      return error("a key is a tuple (height, width, num_frames) of 3 integers, got " +
+                   std::to_string(values.size()));
+    }
+    return std::array<int64_t, 3>{values[0], values[1], values[2]};
+  }
+
+  // A Python number literal: an optional sign, then digits, '_', '.', and an exponent.
+  Result<std::string> number_token() {
+    skip_space();
+    size_t start = pos_;
+    if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) {
+      ++pos_;
+    }
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      bool is_exponent_sign = (c == '+' || c == '-') && pos_ > start &&
+                              (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E');
+      if (std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == 'e' ||
+          c == 'E' || is_exponent_sign) {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+    std::string token(text_.substr(start, pos_ - start));
+    if (token.find_first_of("0123456789") == std::string::npos) {
+      pos_ = start;
+      return error("expected a number");
+    }
+    // Python allows '_' only between digits.
+    for (size_t i = 0; i < token.size(); ++i) {
+      if (token[i] == '_' && (i == 0 || i + 1 == token.size() ||
+                              std::isdigit(static_cast<unsigned char>(token[i - 1])) == 0 ||
+                              std::isdigit(static_cast<unsigned char>(token[i + 1])) == 0)) {
+        pos_ = start;
+        return error("bad number '" + token + "'");
+      }
+    }
+    token.erase(std::remove(token.begin(), token.end(), '_'), token.end());
+    return token;
+  }
+
+  Result<int64_t> to_int(const std::string& token) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(token.c_str(), &end, 10);  // NOLINT(runtime/int)
+    if (end != token.c_str() + token.size()) {
+      return error("the sizes and frame count of a key must be integers, got '" + token + "'");
+    }
+    if (errno == ERANGE) {
+      return error("'" + token + "' is out of range");
+    }
+    return static_cast<int64_t>(v);
+  }
+
+  Result<double> to_double(const std::string& token) {
+    char* end = nullptr;
+    double v = std::strtod(token.c_str(), &end);
+    if (end != token.c_str() + token.size() || !std::isfinite(v)) {
+      return error("bad probability '" + token + "'");
+    }
+    return v;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+std::string key_text(const std::array<int64_t, 3>& key) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "(%lld, %lld, %lld)", static_cast<long long>(key[0]),
+                static_cast<long long>(key[1]), static_cast<long long>(key[2]));
+  return text;
+}
+
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Result<std::vector<ImageBucket>> parse_mm_bucket_config(std::string_view text) {
+  ASSIGN_OR_RETURN(auto entries, BucketConfigParser(text).parse_dict());
+  std::vector<ImageBucket> buckets;
+  double total = 0;
+  for (const auto& [key, probability] : entries) {
+    const auto [height, width, num_frames] = key;
+    if (height <= 0 || width <= 0 || num_frames <= 0) {
+      return invalid_argument(std::string(kBucketFlag) + ": " + key_text(key) +
+                              ": height, width and num_frames must be >= 1");
+    }
+    if (height > kMaxBucketPixels || width > kMaxBucketPixels ||
+        height * width > kMaxBucketPixels) {
+      return invalid_argument(std::string(kBucketFlag) + ": " + key_text(key) + " has more than " +
+                              std::to_string(kMaxBucketPixels) +
+                              " pixels (crescent serve's default --max-image-pixels)");
+    }
+    if (probability < 0) {
+      return invalid_argument(std::string(kBucketFlag) + ": the probability of " + key_text(key) +
+                              " is negative; probabilities must be >= 0");
+    }
+    if (num_frames > 1) {
+      if (probability > 0) {
+        return invalid_argument(
+            std::string(kBucketFlag) + ": " + key_text(key) + " is a video bucket (num_frames " +
+            std::to_string(num_frames) +
+            " > 1): crescent bench serve sends images only; give num_frames 1, or probability 0");
+      }
+      continue;  // a video bucket that is never drawn, as in vLLM's default
+    }
+    if (probability > 0) {
+      buckets.push_back({static_cast<int>(height), static_cast<int>(width), probability});
+      total += probability;
+    }
+  }
+  if (buckets.empty()) {
+    return invalid_argument(std::string(kBucketFlag) +
+                            ": no image bucket with a probability > 0 in '" + std::string(text) +
+                            "'");
+  }
+  for (ImageBucket& b : buckets) {
+    b.probability /= total;
+  }
+  return buckets;
+}
+
+Result<int64_t> parse_mm_limit_per_prompt(std::string_view json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return invalid_argument(
+        "--random-mm-limit-mm-per-prompt must be a JSON object such as '{\"image\": 3}', got '" +
+        std::string(json_text) + "'");
+  }
+  int64_t image_limit = -1;
+  for (const auto& [modality, value] : j.items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      return invalid_argument("--random-mm-limit-mm-per-prompt: the limit of '" + modality +
+                              "' must be an integer >= 0, got " + value.dump());
+    }
+    if (modality == "image") {
+      image_limit = value.get<int64_t>();
+    }
+  }
+  if (image_limit < 0) {
+    return invalid_argument("--random-mm-limit-mm-per-prompt has no \"image\" limit: '" +
+                            std::string(json_text) + "'");
+  }
+  return image_limit;
+}
+
+Result<std::pair<int64_t, int64_t>> mm_items_range(const RandomMultiModalOptions& options) {
+  const double r = options.num_mm_items_range_ratio;
+  if (!(r >= 0 && r <= 1)) {
+    return invalid_argument("--random-mm-num-mm-items-range-ratio must be in [0, 1], got " +
+                            std::to_string(r));
+  }
+  if (options.base_items_per_request < 0) {
+    return invalid_argument("--random-mm-base-items-per-request must be >= 0, got " +
+                            std::to_string(options.base_items_per_request));
+  }
+  if (options.image_limit < 0) {
+    return invalid_argument("the image limit per prompt must be >= 0");
+  }
+  const auto n = static_cast<double>(options.base_items_per_request);
+  const int64_t max_items =
+      std::min(options.image_limit, static_cast<int64_t>(std::ceil(n * (1 + r))));
+  const int64_t min_items = std::max<int64_t>(0, static_cast<int64_t>(std::floor(n * (1 - r))));
+  if (min_items > max_items) {
+    return invalid_argument("images per request would be drawn from [" + std::to_string(min_items) +
+                            ", " + std::to_string(max_items) +
+                            "]: the image limit of --random-mm-limit-mm-per-prompt (" +
+                            std::to_string(options.image_limit) +
+                            ") is below the least count --random-mm-base-items-per-request and "
+                            "--random-mm-num-mm-items-range-ratio allow");
+  }
+  return std::pair{min_items, max_items};
+}
+
+Result<std::vector<std::vector<std::pair<int, int>>>> sample_mm_image_sizes(
+    int64_t num_requests, const RandomMultiModalOptions& options) {
+  ASSIGN_OR_RETURN(auto range, mm_items_range(options));
+  if (options.buckets.empty()) {
+    return invalid_argument("random-mm needs at least one image bucket");
+  }
+  std::vector<double> cumulative;
+  double total = 0;
+  for (const ImageBucket& b : options.buckets) {
+    total += b.probability;
+    cumulative.push_back(total);
+  }
+  // A stream of its own, so the text prompts are those of the random dataset with this seed.
+  std::mt19937_64 rng(options.seed ^ 0x5EED'1A6E'0000'0001ull);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<std::vector<std::pair<int, int>>> sizes(static_cast<size_t>(num_requests));
+  for (auto& request : sizes) {
+    const int64_t k = uniform(rng, range.first, range.second);
+    for (int64_t item = 0; item < k; ++item) {
+      const double u = unit(rng) * total;
+      size_t b = static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), u) -
+                                     cumulative.begin());
+      b = std::min(b, options.buckets.size() - 1);
+      request.emplace_back(options.buckets[b].height, options.buckets[b].width);
+    }
+  }
+  return sizes;
+}
+
+media::RgbImage random_image(int width, int height, uint64_t seed) {
+  media::RgbImage image;
+  image.width = width;
+  image.height = height;
+  image.rgb.resize(static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  uint64_t state = seed ^ (static_cast<uint64_t>(width) << 32) ^ static_cast<uint64_t>(height);
+  size_t i = 0;
+  for (; i + 8 <= image.rgb.size(); i += 8) {
+    uint64_t v = splitmix64(&state);
+    std::memcpy(image.rgb.data() + i, &v, 8);
+  }
+  if (i < image.rgb.size()) {
+    uint64_t v = splitmix64(&state);
+    std::memcpy(image.rgb.data() + i, &v, image.rgb.size() - i);
+  }
+  return image;
+}
+
+std::string base64_encode(std::span<const uint8_t> bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i + 1 == bytes.size()) {
+    const uint32_t v = uint32_t{bytes[i]} << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == bytes.size()) {
+    const uint32_t v = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+Status add_random_images(std::vector<SampleRequest>* requests,
+                         const RandomMultiModalOptions& options, int num_threads) {
+  ASSIGN_OR_RETURN(auto sizes,
+                   sample_mm_image_sizes(static_cast<int64_t>(requests->size()), options));
+  struct Job {
+    size_t request = 0;
+    int width = 0;
+    int height = 0;
+  };
+  std::vector<Job> jobs;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    for (const auto& [height, width] : sizes[r]) {
+      jobs.push_back({r, width, height});
+    }
+  }
+  std::vector<std::string> urls(jobs.size());
+  const size_t num_workers =
+      std::max<size_t>(1, std::min(jobs.size(), static_cast<size_t>(std::max(1, num_threads))));
+  std::vector<Status> statuses(num_workers);
+  auto work = [&](size_t worker) {
+    media::PngEncodeOptions png;
+    png.compression_level = options.png_compression_level;
+    for (size_t g = worker; g < jobs.size(); g += num_workers) {
+      uint64_t state = options.seed;
+      const uint64_t image_seed = splitmix64(&state) ^ (g * 0xD1B54A32D192ED03ull);
+      auto bytes = media::encode_png(random_image(jobs[g].width, jobs[g].height, image_seed), png);
+      if (!bytes.is_ok()) {
+        statuses[worker] = bytes.status();
+        return;
+      }
+      urls[g] = "data:image/png;base64," + base64_encode(*bytes);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < num_workers; ++w) {
+    threads.emplace_back(work, w);
+  }
+  work(0);
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  for (const Status& s : statuses) {
+    RETURN_IF_ERROR(s);
+  }
+  for (size_t g = 0; g < jobs.size(); ++g) {
+    (*requests)[jobs[g].request].image_urls.push_back(std::move(urls[g]));
+  }
+  return Status::ok();
 }
 
 }  // namespace crescent::bench

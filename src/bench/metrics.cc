@@ -111,6 +111,7 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
   std::vector<double> all_tpots;  // 0 for one-token outputs, for goodput
   std::vector<const RequestOutput*> ok;
   for (const RequestOutput& o : outputs) {
+    m.total_images_sent += o.num_images;
     if (!o.success) {
       m.output_lens.push_back(0);
       ++m.failed;
@@ -123,6 +124,7 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
     }
     m.output_lens.push_back(output_len);
     m.total_input += o.prompt_len;
+    m.total_images_completed += o.num_images;
     double tpot = 0;
     if (output_len > 1) {
       tpot = (o.latency_s - o.ttft_s) / static_cast<double>(output_len - 1);
@@ -156,6 +158,7 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
   m.request_goodput = static_cast<double>(num_good) / dur;
   m.output_throughput = static_cast<double>(m.total_output) / dur;
   m.total_token_throughput = static_cast<double>(m.total_input + m.total_output) / dur;
+  m.image_throughput = static_cast<double>(m.total_images_completed) / dur;
   m.latency["ttft"] = latency_stats(m.ttfts_s, options.percentiles);
   m.latency["tpot"] = latency_stats(m.tpots_s, options.percentiles);
   m.latency["itl"] = latency_stats(m.itls_s, options.percentiles);

@@ -46,6 +46,11 @@ struct BenchmarkMetrics {
   double total_token_throughput = 0;
   double max_output_tokens_per_s = 0;
   int64_t max_concurrent_requests = 0;
+  // Images (random-mm): in every request sent, in the successful ones, and the latter per
+  // second of the run.
+  int64_t total_images_sent = 0;
+  int64_t total_images_completed = 0;
+  double image_throughput = 0;
   std::map<std::string, LatencyStats> latency;  // "ttft", "tpot", "itl", "e2el"
   // Per successful request / chunk, in seconds (for charts).
   std::vector<double> ttfts_s, tpots_s, itls_s, e2els_s;

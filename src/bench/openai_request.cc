@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/stream_recorder.h"
+#include "core/check.h"
 #include "core/clock.h"
 
 namespace crescent::bench {
@@ -85,8 +86,18 @@ Result<ServerAddress> parse_base_url(std::string_view url) {
 std::string request_body(const SampleRequest& request, const RequestOptions& options) {
   json body;
   body["model"] = options.model;
+  CRESCENT_CHECK(options.is_chat || request.image_urls.empty())
+      << "images go only to the chat endpoint (validate() refuses the rest)";
   if (options.is_chat) {
-    body["messages"] = json::array({{{"role", "user"}, {"content", request.prompt}}});
+    json content = request.prompt;
+    if (!request.image_urls.empty()) {
+      // vLLM's order: the text part, then the images.
+      content = json::array({{{"type", "text"}, {"text", request.prompt}}});
+      for (const std::string& url : request.image_urls) {
+        content.push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
+      }
+    }
+    body["messages"] = json::array({{{"role", "user"}, {"content", std::move(content)}}});
     body["max_completion_tokens"] = request.expected_output_len;
   } else {
     body["prompt"] = request.prompt;
@@ -112,6 +123,7 @@ RequestOutput send_request(net::http::HttpClient& client, const SampleRequest& r
                            const RequestOptions& options, const std::string& request_id) {
   RequestOutput out;
   out.prompt_len = request.prompt_len;
+  out.num_images = static_cast<int64_t>(request.image_urls.size());
   net::http::Headers headers = options.extra_headers;
   headers["content-type"] = "application/json";
   headers["x-request-id"] = request_id;

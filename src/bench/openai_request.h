@@ -1,7 +1,8 @@
 #pragma once
 // One benchmark request to an OpenAI-compatible server: the streamed body vLLM's bench sends
 // (/v1/completions with "prompt" and "max_tokens", or /v1/chat/completions with one user
-// message and "max_completion_tokens"; stream=true with usage), sent over HttpClient and
+// message and "max_completion_tokens", the message's content a list of a text part and
+// image_url parts when the request has images; stream=true with usage), sent over HttpClient and
 // timed by StreamRecorder. Failures (connection, HTTP status, error event, bad stream) come
 // back in RequestOutput with a message, never as a Status.
 

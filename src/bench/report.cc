@@ -125,11 +125,17 @@ std::string format_report(const BenchmarkMetrics& m, const RunInfo& info, double
   out += row_f("Benchmark duration (s):", duration_s);
   out += row("Total input tokens:", m.total_input);
   out += row("Total generated tokens:", m.total_output);
+  if (info.has_images) {
+    out += row("Total images sent:", m.total_images_sent);
+  }
   out += row_f("Request throughput (req/s):", m.request_throughput);
   if (!info.goodput.empty()) {
     out += row_f("Request goodput (req/s):", m.request_goodput);
   }
   out += row_f("Output token throughput (tok/s):", m.output_throughput);
+  if (info.has_images) {
+    out += row_f("Image throughput (img/s):", m.image_throughput);
+  }
   out += row_f("Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
   out += row_f("Peak concurrent requests:", static_cast<double>(m.max_concurrent_requests));
   out += row_f("Total Token throughput (tok/s):", m.total_token_throughput);
@@ -179,6 +185,11 @@ json result_json(const BenchmarkMetrics& m, const RunInfo& info, double duration
   j["total_token_throughput"] = m.total_token_throughput;
   j["max_output_tokens_per_s"] = m.max_output_tokens_per_s;
   j["max_concurrent_requests"] = m.max_concurrent_requests;
+  if (info.has_images) {
+    j["total_images_sent"] = m.total_images_sent;
+    j["total_images_completed"] = m.total_images_completed;
+    j["image_throughput"] = m.image_throughput;
+  }
   for (const auto& names : kMetricNames) {
     if (!is_selected(info, names.key)) {
       continue;
@@ -203,7 +214,9 @@ json result_json(const BenchmarkMetrics& m, const RunInfo& info, double duration
     json input_lens = json::array(), ttfts = json::array(), itls = json::array(),
          latencies = json::array(), start_times = json::array(), queue_times = json::array(),
          texts = json::array(), errors = json::array();
+    json num_images = json::array();
     for (const RequestOutput& o : outputs) {
+      num_images.push_back(o.num_images);
       input_lens.push_back(o.prompt_len);
       ttfts.push_back(o.ttft_s);
       itls.push_back(o.itl_s);
@@ -222,6 +235,9 @@ json result_json(const BenchmarkMetrics& m, const RunInfo& info, double duration
     j["queue_times"] = queue_times;
     j["generated_texts"] = texts;
     j["errors"] = errors;
+    if (info.has_images) {
+      j["num_images"] = num_images;
+    }
   }
   return j;
 }

@@ -31,6 +31,7 @@ struct RunInfo {
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
   std::vector<double> percentiles = {99};
   GoodputSlos goodput;
+  bool has_images = false;  // random-mm: the report and the JSON count the images
 };
 
 // Python's str(float): "2.0", "0.25", "inf".

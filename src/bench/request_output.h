@@ -20,6 +20,7 @@ struct RequestOutput {
   double latency_s = 0;       // request sent -> last output chunk
   double start_time_s = 0;    // when the request was sent
   double queue_time_s = 0;    // arrival -> sent (waiting for a --max-concurrency slot)
+  int64_t num_images = 0;     // images the request carried (random-mm)
   std::string generated_text;
 };
 
