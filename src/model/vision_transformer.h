@@ -95,6 +95,9 @@ class VisionTransformer {
   // Multiply-adds of the attention scores (q k^T) and values (p v) over all blocks for one
   // image; 0 for a grid encode() would reject.
   int64_t attention_flops(int grid_t, int grid_h, int grid_w) const;
+  // Wall seconds the last encode() spent in attention (scores, softmax, values), so that a
+  // benchmark can report the linear layers' rate apart from attention's.
+  double last_attention_seconds() const { return last_attention_seconds_; }
 
  private:
   struct Block {
@@ -142,6 +145,7 @@ class VisionTransformer {
   std::vector<float> merger_fc2_bias_;
 
   // Scratch, grown on demand.
+  double last_attention_seconds_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, proj_, mlp_, act_, cos_, sin_, merged_;
 };
 
