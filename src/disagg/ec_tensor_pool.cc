@@ -201,6 +201,18 @@ bool EcTensorPool::release(EcReservationId id) {
   return true;
 }
 
+bool EcTensorPool::set_reservation_deadline(EcReservationId id, TimePoint deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reservations_.find(id.value());
+  if (it == reservations_.end()) {
+    return false;
+  }
+  CRESCENT_CHECK(reservation_deadlines_.erase({it->second.deadline, id.value()}) == 1);
+  it->second.deadline = deadline;
+  reservation_deadlines_.emplace(deadline, id.value());
+  return true;
+}
+
 EcExpired EcTensorPool::expire(TimePoint now) {
   EcExpired expired;
   std::lock_guard<std::mutex> lock(mu_);

@@ -172,6 +172,10 @@ class EcTensorPool {
                                 TimePoint deadline);
   // Ends a reservation. Idempotent: false when id is unknown, already released or expired.
   bool release(EcReservationId id);
+  // Moves a live reservation's deadline (TimePoint::max(): never expires; the EC producer pins
+  // a reservation this way while a consumer's connection is pulling it, and releases it when
+  // the connection ends). False when id is unknown, already released or expired.
+  bool set_reservation_deadline(EcReservationId id, TimePoint deadline);
 
   // Drops the reservations whose deadline is <= now and the kAllocated entries whose write
   // deadline is <= now, and returns them.

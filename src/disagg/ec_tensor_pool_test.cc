@@ -247,6 +247,22 @@ TEST(EcTensorPoolTest, UnpulledReservationExpiresAndTheEntryBecomesEvictable) {
   EXPECT_TRUE(pool->check_invariants().is_ok());
 }
 
+TEST(EcTensorPoolTest, APinnedReservationOutlivesItsDeadlineUntilReleased) {
+  Region region(512);
+  auto pool = make_pool(region, 512);
+  put(*pool, "img", 512);
+  auto r = pool->reserve("img", "prefill", t0() + milliseconds(50));
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_TRUE(pool->set_reservation_deadline(r->id, TimePoint::max()));
+  EXPECT_TRUE(pool->expire(t0() + milliseconds(100000)).empty());
+  EXPECT_EQ(pool->lookup("img")->state, EcEntryState::kReserved);
+  EXPECT_TRUE(pool->check_invariants().is_ok());
+  EXPECT_TRUE(pool->release(r->id));
+  EXPECT_FALSE(pool->set_reservation_deadline(r->id, t0()));  // gone
+  EXPECT_EQ(pool->lookup("img")->state, EcEntryState::kReady);
+  EXPECT_TRUE(pool->check_invariants().is_ok());
+}
+
 TEST(EcTensorPoolTest, NeverWrittenAllocationExpiresAndAStaleWriterCannotMarkItsSuccessor) {
   Region region(1024);
   auto pool = make_pool(region, 1024, milliseconds(100));

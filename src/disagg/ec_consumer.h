@@ -1,0 +1,86 @@
+#pragma once
+// EcConsumer: the prefill worker's side of the EC connector (EPD, DESIGN.md §2b). fetch()
+// pulls the tensors that ec_transfer_params name from their encoders' pools into the caller's
+// buffers through this consumer's own transfer engine, and releases every reservation.
+//
+// Per encoder (refs are grouped by worker_addr, groups run concurrently): take an idle control
+// connection to it or open one (EC_HELLO -> EC_HELLO_OK with the encoder's transfer segment;
+// EC_REFUSED on a compat mismatch), open the encoder's segment (cached per encoder, reopened
+// when its descriptor changes or a READ fails), EC_ACQUIRE every ref (pins it), READ them in
+// one batch, EC_RELEASE every ref and wait for EC_RELEASED. The bytes count only once
+// EC_RELEASED arrived on the connection that acquired them (the pin held for the whole READ).
+// A clean connection goes back to the idle set (at most max_idle_connections per encoder,
+// kept alive by heartbeats); one that failed is closed gracefully after queuing EC_RELEASE for
+// every ref not yet released, and the encoder releases whatever that connection pinned when
+// it sees it close. A READ that did not finish cleanly closes the encoder's transfer segment
+// (which stops the copy) before fetch() returns, so no byte lands in dst afterwards.
+//
+// The refs' worker_addr is used as is (the encoder put its reachable listener there); the
+// optional bootstrap_addr is not consulted.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "disagg/ec_protocol.h"
+#include "transfer/transfer_engine.h"
+
+namespace crescent::disagg {
+
+struct EcConsumerOptions {
+  transfer::TransportKind transport = transfer::TransportKind::kShm;
+  std::chrono::milliseconds timeout{30'000};  // a whole fetch (capped by fetch()'s deadline)
+  EcCompat compat;
+  std::string name = "prefill";  // shown in the encoder's logs
+  // Heartbeats on control connections; an encoder silent for 3 intervals is declared dead.
+  std::chrono::milliseconds heartbeat_interval{1'000};
+  int max_idle_connections = 4;           // per encoder
+  std::string listen_host = "127.0.0.1";  // this consumer's transfer engine listener
+};
+
+struct EcConsumerMetrics {
+  uint64_t num_fetches = 0;  // fetch() calls
+  uint64_t num_failures = 0;
+  uint64_t num_tensors = 0;  // tensors fetched by successful calls
+  uint64_t num_bytes = 0;
+  double fetch_seconds_total = 0;  // over every call, successful or not
+  uint64_t num_connections_opened = 0;
+};
+
+class EcConsumer {
+ public:
+  static Result<std::unique_ptr<EcConsumer>> create(EcConsumerOptions options);
+  ~EcConsumer();  // closes connections (the encoders release what they pinned)
+  EcConsumer(const EcConsumer&) = delete;
+  EcConsumer& operator=(const EcConsumer&) = delete;
+
+  // Pulls each refs[i]'s tensor into dsts[i] (dsts[i].size() * 4 == refs[i].num_bytes) and
+  // releases its reservation on the encoder. Within min(deadline, now + options.timeout), or
+  // DeadlineExceeded / Unavailable with a message naming the encoder; a compat mismatch is
+  // FailedPrecondition naming both sides; an expired or unknown reservation is NotFound; bad
+  // arguments are InvalidArgument. Refs of different encoders are fetched concurrently; every
+  // reservation is released on every path (success, failure, deadline).
+  Status fetch(std::span<const EcTensorRef> refs, std::span<const std::span<float>> dsts,
+               Deadline deadline);
+  // Tells the encoders the reservations are not needed (the request was aborted before
+  // fetching). Best effort and asynchronous: returns at once, a background thread sends.
+  void release(std::span<const EcTensorRef> refs);
+
+  EcConsumerMetrics metrics() const;
+  // The crescent_ec_consumer_* families in Prometheus text, labelled model_name.
+  std::string render_metrics(const std::string& model_name) const;
+
+  class Impl;  // ec_consumer.cc
+
+ private:
+  explicit EcConsumer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crescent::disagg
