@@ -1,5 +1,6 @@
-// `crescent proxy`: the OpenAI-compatible router over prefill and decode servers, with the
-// reference proxy's flags (src/proxy/proxy_options.h) and a graceful SIGTERM drain.
+// `crescent proxy`: the OpenAI-compatible router over prefill and decode servers (and encoder
+// servers for images), with the reference proxy's flags (src/proxy/proxy_options.h) and a graceful
+// SIGTERM drain.
 
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "apps/command.h"
@@ -46,14 +48,27 @@ int run_proxy(const std::vector<std::string>& args) {
     return 1;
   }
   auto& proxy = *proxy_or;
-  std::printf("crescent proxy: listening on http://%s:%d (%zu prefill, %zu decode)\n",
-              options.host.c_str(), proxy->port(), options.prefills.size(), options.decodes.size());
+  std::string pools = options.pds.empty() ? std::to_string(options.prefills.size()) + " prefill, " +
+                                                std::to_string(options.decodes.size()) + " decode"
+                                          : std::to_string(options.pds.size()) + " pd";
+  if (!options.encoders.empty()) {
+    pools += ", " + std::to_string(options.encoders.size()) + " encode";
+  }
+  std::printf("crescent proxy: listening on http://%s:%d (%s)\n", options.host.c_str(),
+              proxy->port(), pools.c_str());
   for (const auto& p : options.prefills) {
     std::printf("crescent proxy: prefill %s, bootstrap %s\n", p.server.url.c_str(),
                 p.bootstrap_addr().c_str());
   }
   for (const auto& d : options.decodes) {
     std::printf("crescent proxy: decode %s\n", d.url.c_str());
+  }
+  for (const auto& pd : options.pds) {
+    std::printf("crescent proxy: pd %s (prefill and decode)\n", pd.url.c_str());
+  }
+  for (const auto& e : options.encoders) {
+    std::printf("crescent proxy: encode %s (timeout %g s)\n", e.url.c_str(),
+                options.encode_timeout_s);
   }
   std::fflush(stdout);
 

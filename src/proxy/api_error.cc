@@ -41,6 +41,28 @@ std::string sse_error_events(int http_status, std::string_view message) {
          "\n\ndata: [DONE]\n\n";
 }
 
+std::string upstream_error_message(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error")) {
+    const auto& e = j["error"];
+    if (e.is_object() && e.contains("message") && e["message"].is_string()) {
+      return e["message"].get<std::string>();
+    }
+    if (e.is_string()) {
+      return e.get<std::string>();
+    }
+  }
+  if (j.is_object() && j.contains("detail") && j["detail"].is_string()) {  // FastAPI's shape
+    return j["detail"].get<std::string>();
+  }
+  constexpr size_t kMax = 500;
+  std::string text = body.substr(0, kMax);
+  if (body.size() > kMax) {
+    text += "...";
+  }
+  return text.empty() ? "(empty body)" : text;
+}
+
 bool is_openai_error(std::string_view body) {
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("error") && j["error"].is_object();

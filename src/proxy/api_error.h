@@ -23,4 +23,8 @@ std::string sse_error_events(int http_status, std::string_view message);
 // passed to the client unchanged.
 bool is_openai_error(std::string_view body);
 
+// What an upstream's error body says: error.message of an OpenAI error (or FastAPI's
+// "detail"), else the start of the text; "(empty body)" for none.
+std::string upstream_error_message(const std::string& body);
+
 }  // namespace crescent::proxy

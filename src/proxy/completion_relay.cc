@@ -1,7 +1,6 @@
 #include "proxy/completion_relay.h"
 
 #include <mutex>
-#include <nlohmann/json.hpp>
 
 #include "core/logging.h"
 #include "proxy/api_error.h"
@@ -13,29 +12,6 @@ constexpr size_t kMaxErrorBodyBytes = 64 << 10;
 
 bool is_success(int status) {
   return status >= 200 && status < 300;
-}
-
-// The message of an upstream error body: error.message of an OpenAI error, else the text.
-std::string upstream_message(const std::string& body) {
-  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("error")) {
-    const auto& e = j["error"];
-    if (e.is_object() && e.contains("message") && e["message"].is_string()) {
-      return e["message"].get<std::string>();
-    }
-    if (e.is_string()) {
-      return e.get<std::string>();
-    }
-  }
-  if (j.is_object() && j.contains("detail") && j["detail"].is_string()) {  // FastAPI's shape
-    return j["detail"].get<std::string>();
-  }
-  constexpr size_t kMax = 500;
-  std::string text = body.substr(0, kMax);
-  if (body.size() > kMax) {
-    text += "...";
-  }
-  return text.empty() ? "(empty body)" : text;
 }
 
 class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
@@ -68,13 +44,15 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     if (finished_) {
       return;  // the client left before anything was sent
     }
-    prefill_call_ = upstream->start(
-        plan_.prefill.host, plan_.prefill.port, std::move(plan_.prefill_request),
-        {.on_headers = [self](int status,
-                              const net::http::Headers&) { self->on_prefill_headers(status); },
-         .on_data = [self](std::string data) { self->on_prefill_data(std::move(data)); },
-         .on_done = [self](Status s) { self->on_prefill_done(std::move(s)); }},
-        plan_.deadline);
+    if (plan_.has_prefill) {
+      prefill_call_ = upstream->start(
+          plan_.prefill.host, plan_.prefill.port, std::move(plan_.prefill_request),
+          {.on_headers = [self](int status,
+                                const net::http::Headers&) { self->on_prefill_headers(status); },
+           .on_data = [self](std::string data) { self->on_prefill_data(std::move(data)); },
+           .on_done = [self](Status s) { self->on_prefill_done(std::move(s)); }},
+          plan_.deadline);
+    }
     decode_call_ = upstream->start(
         plan_.decode.host, plan_.decode.port, std::move(plan_.decode_request),
         {.on_headers =
@@ -171,7 +149,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     }
     metrics_->count_upstream_error(UpstreamSide::kPrefill);
     std::string what = status.is_ok() ? "answered " + std::to_string(prefill_status_) + ": " +
-                                            upstream_message(prefill_body_)
+                                            upstream_error_message(prefill_body_)
                                       : status.message();
     if (finished_) {
       return;
@@ -224,7 +202,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       cancel_prefill_locked();
       metrics_->count_upstream_error(UpstreamSide::kDecode);
       fail_locked(502,
-                  "decode " + plan_.decode.url + " answered more than " +
+                  plan_.decode_role + " " + plan_.decode.url + " answered more than " +
                       std::to_string(plan_.max_buffered_response_bytes) + " bytes",
                   Outcome::kDecodeError);
     }
@@ -262,33 +240,32 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     cancel_prefill_locked();
     if (status.is_ok()) {
       // The decode server's own error: its status, and its body when OpenAI-shaped.
-      CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": decode "
-                          << plan_.decode.url << " answered " << decode_status_;
+      CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": " << plan_.decode_role
+                          << " " << plan_.decode.url << " answered " << decode_status_;
       metrics_->observe_time_to_first_byte(seconds_since_arrival());
       finish_locked(Outcome::kDecodeError);
       if (is_openai_error(decode_body_)) {
         writer_->send(decode_status_, "application/json", std::move(decode_body_),
                       response_headers());
       } else {
-        writer_->send(
-            decode_status_, "application/json",
-            error_body(decode_status_,
-                       "decode " + plan_.decode.url + " answered " +
-                           std::to_string(decode_status_) + ": " + upstream_message(decode_body_),
-                       error_type_for(decode_status_)),
-            response_headers());
+        writer_->send(decode_status_, "application/json",
+                      error_body(decode_status_,
+                                 plan_.decode_role + " " + plan_.decode.url + " answered " +
+                                     std::to_string(decode_status_) + ": " +
+                                     upstream_error_message(decode_body_),
+                                 error_type_for(decode_status_)),
+                      response_headers());
       }
       return;
     }
     if (status.code() == StatusCode::kDeadlineExceeded) {
       return fail_locked(504,
-                         "request timed out" +
-                             std::string(client_stream_started_ ? " while streaming from decode "
-                                                                : " waiting for decode ") +
-                             plan_.decode.url,
+                         std::string("request timed out") +
+                             (client_stream_started_ ? " while streaming from " : " waiting for ") +
+                             plan_.decode_role + " " + plan_.decode.url,
                          Outcome::kTimeout);
     }
-    fail_locked(502, "decode " + plan_.decode.url + " failed: " + status.message(),
+    fail_locked(502, plan_.decode_role + " " + plan_.decode.url + " failed: " + status.message(),
                 Outcome::kDecodeError);
   }
 

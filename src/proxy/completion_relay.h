@@ -1,7 +1,7 @@
 #pragma once
 // One completion request through the proxy (DESIGN.md §2): the prefill and the decode request
-// are sent at once, the decode server's answer is relayed to the client as it arrives, and
-// every failure reaches the client:
+// are sent at once (or, for a colocated prefill+decode server, only the "decode" one), the decode
+// server's answer is relayed to the client as it arrives, and every failure reaches the client:
 //   - the decode server fails or answers an error: its status and an OpenAI-shaped error (its
 //     own body when it is one), and the prefill request, if still pending, is abandoned;
 //   - the prefill server fails before the decode server produced a byte: the decode request is
@@ -28,8 +28,12 @@ struct RelayPlan {
   std::string request_id;
   int64_t arrival_ns = 0;
   Deadline deadline = Deadline::never();
+  // False for a colocated prefill+decode server (--pd): only the decode call is made.
+  bool has_prefill = true;
   UpstreamUrl prefill;
   UpstreamRequest prefill_request;
+  // How messages name the decode server: "decode", or "pd" for a colocated one.
+  std::string decode_role = "decode";
   UpstreamUrl decode;
   UpstreamRequest decode_request;
   uint64_t max_buffered_response_bytes = 64ull << 20;

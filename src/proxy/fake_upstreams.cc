@@ -208,6 +208,45 @@ FakeServer::Handler bootstrap_handler(std::vector<std::string> engine_ids) {
   };
 }
 
+std::string fake_mm_hash(const std::string& image_url) {
+  return "mm-" + image_url.substr(0, 64);
+}
+
+FakeServer::Handler encoder_handler(std::string name) {
+  return
+      [name](const net::http::Request& request, std::shared_ptr<net::http::ResponseWriter> writer) {
+        if (request.path == "/health") {
+          return writer->send(200, "application/json", "{}");
+        }
+        auto body = nlohmann::json::parse(request.body, nullptr, false);
+        nlohmann::json items = nlohmann::json::array();
+        if (body.is_object() && body.contains("messages")) {
+          for (const auto& message : body["messages"]) {
+            if (!message.contains("content") || !message["content"].is_array()) {
+              continue;
+            }
+            for (const auto& part : message["content"]) {
+              if (!part.contains("image_url")) {
+                continue;
+              }
+              const auto& image = part["image_url"];
+              std::string url =
+                  image.is_string() ? image.get<std::string>() : image.value("url", std::string());
+              items.push_back({{"mm_hash", fake_mm_hash(url)}, {"encoder", name}});
+            }
+          }
+        }
+        nlohmann::json answer = {{"id", "chatcmpl-encode"},
+                                 {"object", "chat.completion"},
+                                 {"choices",
+                                  {{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", ""}}},
+                                    {"finish_reason", "length"}}}},
+                                 {"ec_transfer_params", {{"items", items}}}};
+        writer->send(200, "application/json", answer.dump());
+      };
+}
+
 FakeServer::Handler decode_handler(FakeServer* server, int num_chunks, int chunk_delay_ms) {
   return [server, num_chunks, chunk_delay_ms](const net::http::Request& request,
                                               std::shared_ptr<net::http::ResponseWriter> writer) {

@@ -1,8 +1,8 @@
 #pragma once
 // Test doubles for the proxy's upstreams, on the real HTTP server (127.0.0.1, any free port):
 // a FakeServer that records every request and answers with a handler the test chooses, and
-// handlers that play a prefill server, its bootstrap server and a decode server. For the
-// proxy's unit tests and the multi-process tests in tests/proxy; no model needed.
+// handlers that play a prefill server, its bootstrap server, a decode server and an encoder. For
+// the proxy's unit tests and the multi-process tests in tests/proxy; no model needed.
 
 #include <atomic>
 #include <condition_variable>
@@ -104,6 +104,12 @@ class RawServer {
 FakeServer::Handler prefill_handler();
 // Answers GET /query with {"<rank>": {"engine_id": ids[rank], "worker_addr": {...}}}.
 FakeServer::Handler bootstrap_handler(std::vector<std::string> engine_ids);
+// Plays an encoder server (`--role encode`): answers /health 200 and every POST with a
+// chat.completion whose ec_transfer_params.items hold one item per image part of the request:
+// {"mm_hash": "mm-" + the image URL (at most its first 64 characters), "encoder": name}.
+FakeServer::Handler encoder_handler(std::string name);
+// The item encoder_handler() answers for an image URL.
+std::string fake_mm_hash(const std::string& image_url);
 // Answers /health 200, /v1/models with one model, and POST /v1/* with a stream of
 // `num_chunks` SSE events and [DONE] when the body has "stream": true (spawned on `server`,
 // `chunk_delay_ms` apart), else a whole completion JSON.

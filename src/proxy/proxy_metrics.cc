@@ -10,8 +10,8 @@ const char* endpoint_label(size_t i) {
 
 const char* outcome_label(size_t i) {
   static const char* const kNames[] = {
-      "ok",           "bad_request", "not_ready",          "prefill_error",
-      "decode_error", "timeout",     "client_disconnected"};
+      "ok",           "bad_request", "not_ready",           "prefill_error",
+      "decode_error", "timeout",     "client_disconnected", "encoder_error"};
   return kNames[i];
 }
 
@@ -19,7 +19,35 @@ const char* outcome_label(size_t i) {
 
 ProxyMetrics::ProxyMetrics()
     : time_to_first_byte_(prometheus::latency_buckets_seconds()),
-      prefill_(prometheus::latency_buckets_seconds()) {}
+      prefill_(prometheus::latency_buckets_seconds()),
+      encode_(prometheus::latency_buckets_seconds()) {}
+
+void ProxyMetrics::set_encoders(std::vector<std::string> urls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  encoder_requests_.assign(urls.size(), 0);
+  encoder_failures_.assign(urls.size(), 0);
+  encoder_urls_ = std::move(urls);
+}
+
+void ProxyMetrics::count_encoder_request(int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++encoder_requests_.at(static_cast<size_t>(index));
+}
+
+void ProxyMetrics::count_encoder_failure(int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++encoder_failures_.at(static_cast<size_t>(index));
+}
+
+void ProxyMetrics::count_encoder_affinity() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++encoder_affinity_;
+}
+
+void ProxyMetrics::observe_encode(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  encode_.observe(seconds);
+}
 
 void ProxyMetrics::count_request(ApiEndpoint endpoint, Outcome outcome) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -28,7 +56,7 @@ void ProxyMetrics::count_request(ApiEndpoint endpoint, Outcome outcome) {
 
 void ProxyMetrics::count_upstream_error(UpstreamSide side) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++upstream_errors_[side == UpstreamSide::kPrefill ? 0 : 1];
+  ++upstream_errors_[static_cast<size_t>(side)];
 }
 
 void ProxyMetrics::observe_time_to_first_byte(double seconds) {
@@ -66,6 +94,10 @@ std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) con
                 static_cast<double>(upstream_errors_[0]));
   append_sample(&out, "crescent_proxy_upstream_errors_total{side=\"decode\"}",
                 static_cast<double>(upstream_errors_[1]));
+  if (!encoder_urls_.empty()) {
+    append_sample(&out, "crescent_proxy_upstream_errors_total{side=\"encoder\"}",
+                  static_cast<double>(upstream_errors_[2]));
+  }
   append_header(&out, "crescent_proxy_time_to_first_byte_seconds", "histogram",
                 "From a completion request's arrival to the first byte of its answer.");
   time_to_first_byte_.render("crescent_proxy_time_to_first_byte_seconds", &out);
@@ -83,6 +115,29 @@ std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) con
                 "Data-parallel ranks of each ready prefill server (0 until ready).");
   for (const auto& p : prefills) {
     append_sample(&out, "crescent_proxy_prefill_dp_size{prefill=\"" + p.url + "\"}", p.dp_size);
+  }
+  if (!encoder_urls_.empty()) {
+    append_header(&out, "crescent_proxy_encoder_requests_total", "counter",
+                  "Images sent to each encoder server (one request per image).");
+    for (size_t i = 0; i < encoder_urls_.size(); ++i) {
+      append_sample(&out,
+                    "crescent_proxy_encoder_requests_total{encoder=\"" + encoder_urls_[i] + "\"}",
+                    static_cast<double>(encoder_requests_[i]));
+    }
+    append_header(&out, "crescent_proxy_encoder_failures_total", "counter",
+                  "Encoder calls that failed (error status, unreachable, timeout, bad answer).");
+    for (size_t i = 0; i < encoder_urls_.size(); ++i) {
+      append_sample(&out,
+                    "crescent_proxy_encoder_failures_total{encoder=\"" + encoder_urls_[i] + "\"}",
+                    static_cast<double>(encoder_failures_[i]));
+    }
+    append_header(&out, "crescent_proxy_encoder_affinity_total", "counter",
+                  "Images sent to the encoder they were sent to before (its cache may hold them).");
+    append_sample(&out, "crescent_proxy_encoder_affinity_total",
+                  static_cast<double>(encoder_affinity_));
+    append_header(&out, "crescent_proxy_encode_seconds", "histogram",
+                  "From a request's first encoder call to its last encoder answer.");
+    encode_.render("crescent_proxy_encode_seconds", &out);
   }
   return out;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The proxy's /metrics in the Prometheus text format (0.0.4): requests by endpoint and
 // outcome, requests in flight, upstream errors by side, time to first byte and prefill time
-// histograms, and each prefill's readiness. Thread-safe.
+// histograms, each prefill's readiness, and the encoder stage (calls and failures per encoder,
+// encode time, images routed by affinity). Thread-safe.
 
 #include <array>
 #include <atomic>
@@ -25,14 +26,17 @@ enum class Outcome {
   kDecodeError,         // the decode server failed or answered an error
   kTimeout,             // --request-timeout passed
   kClientDisconnected,  // the client went away first
+  kEncoderError,        // an encoder refused an image or failed; P/D never started
   kCount
 };
 
-enum class UpstreamSide { kPrefill, kDecode };
+enum class UpstreamSide { kPrefill, kDecode, kEncoder };
 
 class ProxyMetrics {
  public:
   ProxyMetrics();
+  // The encoder URLs, by index; call once before any count_encoder_*.
+  void set_encoders(std::vector<std::string> urls);
 
   void count_request(ApiEndpoint endpoint, Outcome outcome);
   void add_in_flight(int delta) { num_in_flight_.fetch_add(delta); }
@@ -42,6 +46,13 @@ class ProxyMetrics {
   void observe_time_to_first_byte(double seconds);
   // Seconds from the client's request to the prefill server's (successful) answer.
   void observe_prefill(double seconds);
+  // An image sent to encoder `index`; its failure (error status, unreachable, timeout, bad
+  // answer); an image sent to the encoder it went to before.
+  void count_encoder_request(int index);
+  void count_encoder_failure(int index);
+  void count_encoder_affinity();
+  // Seconds from a request's first encoder call to its last encoder answer (all succeeded).
+  void observe_encode(double seconds);
 
   std::string render(const std::vector<PrefillStatus>& prefills) const;
 
@@ -50,9 +61,14 @@ class ProxyMetrics {
   std::array<std::array<uint64_t, static_cast<size_t>(Outcome::kCount)>,
              static_cast<size_t>(ApiEndpoint::kCount)>
       requests_{};                             // guarded by mu_
-  std::array<uint64_t, 2> upstream_errors_{};  // guarded by mu_
+  std::array<uint64_t, 3> upstream_errors_{};  // guarded by mu_
   prometheus::Histogram time_to_first_byte_;   // guarded by mu_
   prometheus::Histogram prefill_;              // guarded by mu_
+  prometheus::Histogram encode_;               // guarded by mu_
+  std::vector<std::string> encoder_urls_;      // guarded by mu_
+  std::vector<uint64_t> encoder_requests_;     // guarded by mu_; by encoder
+  std::vector<uint64_t> encoder_failures_;     // guarded by mu_; by encoder
+  uint64_t encoder_affinity_ = 0;              // guarded by mu_
   std::atomic<int> num_in_flight_{0};
 };
 

@@ -157,7 +157,9 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       has_inline_value = true;
     }
     static const char* const kKnown[] = {
-        "host", "port", "prefill", "decode", "request-timeout", "io-threads", "drain-timeout"};
+        "host",       "port",         "prefill",          "decode",
+        "pd",         "encode",       "encode-timeout-s", "request-timeout",
+        "io-threads", "drain-timeout"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return name == k; }) == std::end(kKnown)) {
       return invalid_argument("unknown flag --" + name + " (see --help)");
@@ -196,6 +198,14 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
     } else if (name == "decode") {
       ASSIGN_OR_RETURN(auto url, parse_upstream_url(value));
       o.decodes.push_back(std::move(url));
+    } else if (name == "pd") {
+      ASSIGN_OR_RETURN(auto url, parse_upstream_url(value));
+      o.pds.push_back(std::move(url));
+    } else if (name == "encode") {
+      ASSIGN_OR_RETURN(auto url, parse_upstream_url(value));
+      o.encoders.push_back(std::move(url));
+    } else if (name == "encode-timeout-s") {
+      ASSIGN_OR_RETURN(o.encode_timeout_s, parse_seconds("--encode-timeout-s", value));
     } else if (name == "request-timeout") {
       ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds("--request-timeout", value));
     } else if (name == "drain-timeout") {
@@ -211,8 +221,18 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       o.num_io_threads = n;
     }
   }
+  if (!o.pds.empty()) {
+    if (!o.prefills.empty() || !o.decodes.empty()) {
+      return invalid_argument(
+          "--pd (colocated prefill+decode servers) cannot be combined with --prefill or "
+          "--decode");
+    }
+    return parsed;
+  }
   if (o.prefills.empty()) {
-    return invalid_argument("at least one --prefill URL [BOOTSTRAP_PORT] is required");
+    return invalid_argument(
+        "at least one --prefill URL [BOOTSTRAP_PORT] is required (or --pd URL for "
+        "colocated prefill+decode servers)");
   }
   if (o.decodes.empty()) {
     return invalid_argument("at least one --decode URL is required");
@@ -222,9 +242,11 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
 
 std::string proxy_help_text() {
   return R"(usage: crescent proxy [--host 127.0.0.1] [--port 8000]
+                      [--encode URL ...] [--encode-timeout-s S]
                       --prefill URL [BOOTSTRAP_PORT|none] [--prefill ...]
                       --decode URL [--decode ...]
                       [--request-timeout S] [--io-threads N] [--drain-timeout S]
+       crescent proxy [--encode URL ...] --pd URL [--pd ...] [...]
 
 An OpenAI-compatible router for disaggregated serving: each request is prefilled on one
 prefill server and decoded (and streamed back) by one decode server.
@@ -245,6 +267,16 @@ Flow of one POST /v1/completions or /v1/chat/completions:
      the stream with one `data: {"error": ...}` event and `data: [DONE]`. A client that goes
      away closes both upstream connections, which makes the servers abort.
 
+Images (EPD), with --encode: a /v1/chat/completions request whose messages hold image parts
+({"type": "image_url", "image_url": {"url": ...}} or "image_url": "...") first sends each image
+alone to an encoder ({"model", "messages": [one user message with that part], "max_tokens": 1,
+"stream": false}), all at once. Their answers' ec_transfer_params.items are merged in image
+order into "ec_transfer_params": {"items": [...]}, which only the prefill (or --pd) server
+gets; then the flow above runs. An image seen before goes to the encoder that had it (an LRU of
+10000 image URL hashes); new ones go round-robin. An encoder's 4xx reaches the client
+unchanged; its 503 is 503, anything else failing 502 naming the encoder; P/D never start.
+Requests without images, and every request without --encode, never touch an encoder.
+
 Readiness: the proxy polls each prefill's /health, then its bootstrap server's /query (every
 0.5 s) to learn its dp ranks and engine ids. Until every prefill is ready, /health and the
 completion endpoints answer 503. /v1/models is forwarded to a decode server; /metrics is
@@ -256,6 +288,11 @@ flags:
   --prefill URL [PORT]   a prefill server (http://HOST:PORT) and the port of its bootstrap
                          server (default 8998; 'none' means the default). Repeatable.
   --decode URL           a decode server (http://HOST:PORT). Repeatable.
+  --pd URL               instead of --prefill/--decode: a `crescent serve --role both` server
+                         that prefills and decodes; gets the client's body (plus the encoders'
+                         ec_transfer_params) without kv_transfer_params. Repeatable (1E1PD).
+  --encode URL           an encoder server (`crescent serve --role encode`). Repeatable.
+  --encode-timeout-s S   bounds each encoder call (default 60)
   --request-timeout S    bounds each whole request, first byte to last (default 600)
   --io-threads N         I/O threads for clients, and as many for upstream calls (default 2)
   --drain-timeout S      on SIGTERM/SIGINT, how long in-flight requests may finish (default 30)
@@ -263,8 +300,11 @@ flags:
 Authorization: the client's header is passed on; without one, OPENAI_API_KEY (if set) is sent
 as "Bearer $OPENAI_API_KEY", as the reference proxy does.
 
-example:
+examples:
   crescent proxy --port 8000 --prefill http://10.0.0.1:8010 8998 --decode http://10.0.0.2:8020
+  crescent proxy --port 8000 --encode http://10.0.0.3:8030 --prefill http://10.0.0.1:8010 8998 \
+                 --decode http://10.0.0.2:8020                               # 1E1P1D
+  crescent proxy --port 8000 --encode http://10.0.0.3:8030 --pd http://10.0.0.1:8000   # 1E1PD
 )";
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // What `crescent proxy` is told on its command line: where it listens, the prefill servers
-// (each with the port of its bootstrap server) and the decode servers, and its limits.
+// (each with the port of its bootstrap server) and the decode servers, or colocated
+// prefill+decode servers (--pd), the encoder servers of EPD (--encode), and its limits.
 // parse_proxy_args() reads the reference proxy's flags (seeds/004) and checks every value, so
 // a bad URL or port is a usage error at start, never a failure later.
 
@@ -46,6 +47,15 @@ struct ProxyOptions {
   int port = 8000;  // 0: any free port
   std::vector<PrefillSpec> prefills;
   std::vector<UpstreamUrl> decodes;
+  // `crescent serve --role both` servers (1E1PD): each request goes whole to one of them,
+  // without kv_transfer_params. Either these or prefills and decodes, never both.
+  std::vector<UpstreamUrl> pds;
+  // Encoder servers (`--role encode`, DESIGN.md §2b). Empty: images go to the prefill (or pd)
+  // server inside the request, as without EPD.
+  std::vector<UpstreamUrl> encoders;
+  double encode_timeout_s = 60;  // bounds each encoder call
+  // Images remembered for encoder affinity (the same image goes to the same encoder).
+  size_t max_encoder_affinity_entries = 10'000;
   double request_timeout_s = 600;  // bounds a whole request, first byte to last
   int num_io_threads = 2;          // for the listening server, and as many for upstream calls
   // Sent as Authorization to prefill and decode servers when the client sent none
@@ -69,7 +79,8 @@ struct ParsedProxyArgs {
 };
 
 // Reads `crescent proxy` arguments (the words after "proxy"). InvalidArgument with a message
-// for the user on anything wrong, including no --prefill or no --decode.
+// for the user on anything wrong, including no --prefill or no --decode (and no --pd), or
+// --pd together with --prefill or --decode.
 Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args);
 
 // The --help text: flags and the request flow.

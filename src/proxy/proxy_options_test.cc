@@ -66,6 +66,27 @@ TEST(ProxyArgsTest, ReadsTheReferenceProxyFlags) {
   EXPECT_EQ(o.num_io_threads, 4);
 }
 
+TEST(ProxyArgsTest, EncodersAndColocatedPrefillDecodeServers) {
+  auto parsed =
+      parse_proxy_args({"--encode", "http://e1:8030", "--encode=http://e2:8030", "--prefill",
+                        "http://p:8010", "--decode", "http://d:8020", "--encode-timeout-s", "5"});
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  const ProxyOptions& o = parsed->options;
+  ASSERT_EQ(o.encoders.size(), 2u);
+  EXPECT_EQ(o.encoders[0].url, "http://e1:8030");
+  EXPECT_EQ(o.encoders[1].host, "e2");
+  EXPECT_DOUBLE_EQ(o.encode_timeout_s, 5);
+  EXPECT_TRUE(o.pds.empty());
+
+  parsed = parse_proxy_args({"--encode", "http://e1:8030", "--pd", "http://pd:8000"});
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  ASSERT_EQ(parsed->options.pds.size(), 1u);
+  EXPECT_EQ(parsed->options.pds[0].port, 8000);
+  EXPECT_TRUE(parsed->options.prefills.empty());
+  EXPECT_DOUBLE_EQ(parsed->options.encode_timeout_s, 60);
+  EXPECT_TRUE(parse_proxy_args({"--pd", "http://pd:8000"}).is_ok());  // no encoders: a plain router
+}
+
 TEST(ProxyArgsTest, IPv6BootstrapAddressHasBrackets) {
   auto parsed = parse_proxy_args({"--prefill", "http://[fe80::1]:8010", "--decode", "http://d:1"});
   ASSERT_TRUE(parsed.is_ok());
@@ -103,6 +124,11 @@ TEST(ProxyArgsTest, UsageErrorsSayWhatIsWrong) {
            {{"--prefill", p, "--decode", d, "--bogus", "1"}, "--bogus"},
            {{"--prefill", p, "9000", "9001", "--decode", d}, "'9001'"},
            {{"--prefill"}, "needs a value"},
+           {{"--prefill", p, "--decode", d, "--encode", "e:1"}, "e:1"},
+           {{"--prefill", p, "--decode", d, "--encode-timeout-s", "0"}, "--encode-timeout-s"},
+           {{"--pd", "http://pd:1", "--decode", d}, "--pd"},
+           {{"--pd", "http://pd:1", "--prefill", p}, "--pd"},
+           {{"--encode", "http://e:1"}, "--prefill"},
        }) {
     auto parsed = parse_proxy_args(c.args);
     ASSERT_FALSE(parsed.is_ok()) << c.message;

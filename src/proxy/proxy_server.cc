@@ -101,15 +101,28 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
 
 ProxyServer::ProxyServer(ProxyOptions options)
     : options_(std::move(options)),
-      registry_(options_.prefills, options_.poll_interval_ms, options_.refresh_interval_ms) {
+      registry_(options_.prefills, options_.poll_interval_ms, options_.refresh_interval_ms),
+      encoder_router_(std::max<size_t>(1, options_.encoders.size()),
+                      options_.max_encoder_affinity_entries) {
+  std::vector<std::string> encoder_urls;
+  for (const auto& e : options_.encoders) {
+    encoder_urls.push_back(e.url);
+  }
+  metrics_.set_encoders(std::move(encoder_urls));
   UpstreamClientOptions upstream;
   upstream.num_io_threads = std::max(1, options_.num_io_threads);
   upstream_ = std::make_unique<UpstreamClient>(upstream);
 }
 
 Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
-  if (options.prefills.empty() || options.decodes.empty()) {
-    return invalid_argument("the proxy needs at least one prefill and one decode server");
+  if (!options.pds.empty()) {
+    if (!options.prefills.empty() || !options.decodes.empty()) {
+      return invalid_argument(
+          "colocated prefill+decode servers (pds) cannot be mixed with prefill and decode ones");
+    }
+  } else if (options.prefills.empty() || options.decodes.empty()) {
+    return invalid_argument(
+        "the proxy needs at least one prefill and one decode server, or one pd server");
   }
   std::unique_ptr<ProxyServer> proxy(new ProxyServer(std::move(options)));
   net::http::ServerOptions http;
@@ -152,7 +165,13 @@ void ProxyServer::stop() {
 }
 
 const UpstreamUrl& ProxyServer::next_decode() {
-  return options_.decodes[next_decode_.fetch_add(1) % options_.decodes.size()];
+  const auto& pool = is_pd_mode() ? options_.pds : options_.decodes;
+  return pool[next_decode_.fetch_add(1) % pool.size()];
+}
+
+void ProxyServer::release_request_id(const std::string& id) {
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  ids_in_flight_.erase(id);
 }
 
 void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer) {
@@ -178,7 +197,7 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
     }
   } else if (path == "/health") {
     if (require_method("GET")) {
-      if (registry_.is_ready()) {
+      if (is_ready()) {
         writer->send(200, "application/json", R"({"status":"ok"})");
       } else {
         send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for());
@@ -207,11 +226,14 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
     metrics_.count_request(endpoint, Outcome::kBadRequest);
     return send_error(*writer, 400, body.status().message(), {{"X-Request-Id", *request_id}});
   }
-  auto pick = registry_.next();
-  if (!pick) {
-    metrics_.count_request(endpoint, Outcome::kNotReady);
-    return send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for(),
-                      {{"X-Request-Id", *request_id}});
+  std::optional<PrefillPick> pick;
+  if (!is_pd_mode()) {
+    pick = registry_.next();
+    if (!pick) {
+      metrics_.count_request(endpoint, Outcome::kNotReady);
+      return send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for(),
+                        {{"X-Request-Id", *request_id}});
+    }
   }
   {
     std::lock_guard<std::mutex> lock(ids_mu_);
@@ -227,30 +249,96 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
   if (authorization.empty()) {
     authorization = options_.default_authorization;
   }
-  const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick->prefill_index)];
-  std::string transfer_id = transfer_id_for(*request_id);
+  Completion completion;
+  completion.endpoint = endpoint;
+  completion.request_id = *request_id;
+  completion.arrival_ns = arrival_ns;
+  completion.deadline = deadline_after_s(options_.request_timeout_s);
+  completion.target = request.path;
+  completion.authorization = std::move(authorization);
+  completion.raw_body = std::move(request.body);
+  completion.body = std::move(body).value();
+  completion.pick = std::move(pick);
 
-  RelayPlan plan;
+  std::vector<ImagePart> images;
+  if (!options_.encoders.empty() && endpoint == ApiEndpoint::kChatCompletions) {
+    images = find_image_parts(completion.body);
+  }
+  if (images.empty()) {
+    return dispatch(completion, nullptr, writer);
+  }
+  // EPD: the images are encoded first; P/D start once every encoder answered.
+  EncodePlan plan;
   plan.endpoint = endpoint;
-  plan.request_id = *request_id;
-  plan.arrival_ns = arrival_ns;
-  plan.deadline = deadline_after_s(options_.request_timeout_s);
-  plan.prefill = prefill.server;
-  plan.prefill_request = {
-      .method = "POST",
-      .target = request.path,
-      .headers = prefill_headers(*request_id, pick->source.dp_rank, authorization),
-      .body = prefill_body(*body, transfer_id)};
-  plan.decode = next_decode();
-  plan.decode_request = {.method = "POST",
-                         .target = request.path,
-                         .headers = decode_headers(*request_id, authorization),
-                         .body = decode_body(*body, transfer_id, pick->source)};
+  plan.request_id = completion.request_id;
+  plan.request_deadline = completion.deadline;
+  Deadline encode_deadline = deadline_after_s(options_.encode_timeout_s);
+  plan.encode_deadline =
+      encode_deadline.when() < completion.deadline.when() ? encode_deadline : completion.deadline;
+  plan.encode_timeout_s = options_.encode_timeout_s;
+  plan.images = std::move(images);
+  plan.client_body = completion.body;
+  plan.authorization = completion.authorization;
+  plan.encoders = &options_.encoders;
+  plan.router = &encoder_router_;
+  plan.on_failed = [this, id = completion.request_id] { release_request_id(id); };
+  auto shared = std::make_shared<Completion>(std::move(completion));
+  plan.on_encoded = [this, shared, writer](Json items) { dispatch(*shared, &items, writer); };
+  start_encoder_stage(std::move(plan), upstream_.get(), &metrics_, writer);
+}
+
+void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
+                           const std::shared_ptr<ResponseWriter>& writer) {
+  RelayPlan plan;
+  plan.endpoint = completion.endpoint;
+  plan.request_id = completion.request_id;
+  plan.arrival_ns = completion.arrival_ns;
+  plan.deadline = completion.deadline;
   plan.max_buffered_response_bytes = options_.max_buffered_response_bytes;
-  plan.on_released = [this, id = *request_id] {
-    std::lock_guard<std::mutex> lock(ids_mu_);
-    ids_in_flight_.erase(id);
-  };
+  plan.on_released = [this, id = completion.request_id] { release_request_id(id); };
+  plan.decode = next_decode();
+  if (is_pd_mode()) {
+    // One server prefills and decodes: the client's body, plus the encoders' items.
+    plan.has_prefill = false;
+    plan.decode_role = "pd";
+    std::string body = completion.raw_body;
+    if (ec_items != nullptr) {
+      Json j = completion.body;
+      j["ec_transfer_params"] = Json{{"items", *ec_items}};
+      body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+    plan.decode_request = {
+        .method = "POST",
+        .target = completion.target,
+        .headers = decode_headers(completion.request_id, completion.authorization),
+        .body = std::move(body)};
+    return start_completion_relay(std::move(plan), upstream_.get(), &metrics_, writer);
+  }
+  const PrefillPick& pick = *completion.pick;
+  const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick.prefill_index)];
+  std::string transfer_id = transfer_id_for(completion.request_id);
+  plan.prefill = prefill.server;
+  std::string decode;
+  if (ec_items != nullptr) {
+    // Only P gathers the encoders' tensors; D sees the images only for their positions.
+    Json to_prefill = completion.body;
+    to_prefill["ec_transfer_params"] = Json{{"items", *ec_items}};
+    plan.prefill_request.body = prefill_body(to_prefill, transfer_id);
+    Json to_decode = completion.body;
+    to_decode.erase("ec_transfer_params");
+    decode = decode_body(to_decode, transfer_id, pick.source);
+  } else {
+    plan.prefill_request.body = prefill_body(completion.body, transfer_id);
+    decode = decode_body(completion.body, transfer_id, pick.source);
+  }
+  plan.prefill_request.method = "POST";
+  plan.prefill_request.target = completion.target;
+  plan.prefill_request.headers =
+      prefill_headers(completion.request_id, pick.source.dp_rank, completion.authorization);
+  plan.decode_request = {.method = "POST",
+                         .target = completion.target,
+                         .headers = decode_headers(completion.request_id, completion.authorization),
+                         .body = std::move(decode)};
   start_completion_relay(std::move(plan), upstream_.get(), &metrics_, writer);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 // `crescent proxy` as an object: the OpenAI-compatible HTTP front that clients talk to, over
-// pools of prefill and decode servers (DESIGN.md §2).
+// pools of prefill and decode servers (DESIGN.md §2), or of colocated prefill+decode servers
+// (--pd), with encoder servers in front for requests with images (EPD, DESIGN.md §2b).
 //
-//   POST /v1/completions, /v1/chat/completions  -> a CompletionRelay (completion_relay.h)
+//   POST /v1/completions, /v1/chat/completions  -> with images and encoders: the encoder stage
+//                                                  (encoder_stage.h), then a CompletionRelay
+//                                                  (completion_relay.h); else the relay alone
 //   GET  /v1/models                             -> forwarded to a decode server
 //   GET  /health                                -> 200 once every prefill is ready, else 503
 //   GET  /metrics                               -> Prometheus text (proxy_metrics.h)
@@ -14,11 +17,13 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
 #include "core/status.h"
 #include "net/http/http_server.h"
+#include "proxy/encoder_stage.h"
 #include "proxy/prefill_registry.h"
 #include "proxy/proxy_metrics.h"
 #include "proxy/proxy_options.h"
@@ -33,7 +38,7 @@ class ProxyServer {
   ~ProxyServer();  // stop()
 
   int port() const;
-  bool is_ready() const { return registry_.is_ready(); }
+  bool is_ready() const { return is_pd_mode() || registry_.is_ready(); }
   // Completion requests whose answer is not complete yet.
   int num_in_flight() const { return metrics_.num_in_flight(); }
   UpstreamClient::Stats upstream_stats() const { return upstream_->stats(); }
@@ -44,12 +49,31 @@ class ProxyServer {
   void stop();
 
  private:
+  // What one completion carries from its arrival to the relay.
+  struct Completion {
+    ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+    std::string request_id;
+    int64_t arrival_ns = 0;
+    Deadline deadline = Deadline::never();
+    std::string target;  // "/v1/completions" or "/v1/chat/completions"
+    std::string authorization;
+    std::string raw_body;  // as the client sent it
+    Json body;
+    std::optional<PrefillPick> pick;  // none in --pd mode
+  };
+
   explicit ProxyServer(ProxyOptions options);
+  bool is_pd_mode() const { return !options_.pds.empty(); }
   void handle(net::http::Request request, std::shared_ptr<net::http::ResponseWriter> writer);
   void handle_completion(ApiEndpoint endpoint, net::http::Request request,
                          const std::shared_ptr<net::http::ResponseWriter>& writer);
   void handle_models(const net::http::Request& request,
                      const std::shared_ptr<net::http::ResponseWriter>& writer);
+  // Starts the relay; `ec_items` (the merged encoder items) go to the server that prefills.
+  void dispatch(const Completion& completion, const Json* ec_items,
+                const std::shared_ptr<net::http::ResponseWriter>& writer);
+  void release_request_id(const std::string& id);
+  // The next decode server, or the next --pd server in --pd mode.
   const UpstreamUrl& next_decode();
 
   const ProxyOptions options_;
@@ -59,6 +83,7 @@ class ProxyServer {
   std::mutex ids_mu_;
   std::unordered_set<std::string> ids_in_flight_;  // guarded by ids_mu_
   std::atomic<uint64_t> next_decode_{0};
+  EncoderRouter encoder_router_;
   // Destroyed before the members above, which relays use until their calls end.
   std::unique_ptr<UpstreamClient> upstream_;
   std::unique_ptr<net::http::Server> http_;

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "net/http/http_client.h"
@@ -85,6 +87,9 @@ class ProxyTest : public ::testing::Test {
     for (auto& url : decode_urls_) {
       options.decodes.push_back(*parse_upstream_url(url));
     }
+    for (auto& e : encoders_) {
+      options.encoders.push_back(*parse_upstream_url(e->url()));
+    }
     if (tweak) {
       tweak(options);
     }
@@ -160,6 +165,14 @@ class ProxyTest : public ::testing::Test {
   std::vector<std::unique_ptr<FakePrefill>> prefills_;
   std::vector<std::unique_ptr<FakeServer>> decodes_;
   std::vector<std::string> decode_urls_;  // decode servers the test runs itself
+  // Encoder servers (EPD), made before start(); encoder i answers items naming "e<i>".
+  void add_encoders(int n) {
+    for (int i = 0; i < n; ++i) {
+      encoders_.push_back(
+          std::make_unique<FakeServer>(testing::encoder_handler("e" + std::to_string(i))));
+    }
+  }
+  std::vector<std::unique_ptr<FakeServer>> encoders_;
   std::unique_ptr<ProxyServer> proxy_;
 };
 
@@ -707,6 +720,388 @@ TEST(ProxyServerStartTest, TakenPortIsAnErrorNotACrash) {
   EXPECT_EQ(proxy.status().code(), StatusCode::kUnavailable);
   options.decodes.clear();
   EXPECT_EQ(ProxyServer::start(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace crescent::proxy
+
+// The encoder stage of EPD (DESIGN.md §2b).
+namespace crescent::proxy {
+namespace {
+
+const char* const kChat = "/v1/chat/completions";
+
+// A chat body whose one user message holds `urls` as image parts (alternating the object and
+// the string form of image_url) after a text part.
+std::string chat_with_images(const std::vector<std::string>& urls, bool stream = false) {
+  Json content = Json::array({Json{{"type", "text"}, {"text", "what is this?"}}});
+  for (size_t i = 0; i < urls.size(); ++i) {
+    if (i % 2 == 0) {
+      content.push_back(Json{{"type", "image_url"}, {"image_url", Json{{"url", urls[i]}}}});
+    } else {
+      content.push_back(Json{{"type", "image_url"}, {"image_url", urls[i]}});
+    }
+  }
+  Json body = {{"model", "vl"},
+               {"messages", Json::array({Json{{"role", "user"}, {"content", content}}})},
+               {"max_tokens", 8},
+               {"stream", stream}};
+  return body.dump();
+}
+
+// The image URL of the one image part of an encoder request.
+std::string image_url_of_encoder_request(const testing::CapturedRequest& r) {
+  Json body = parse(r.body);
+  const Json& image = body["messages"][0]["content"][0]["image_url"];
+  return image.is_string() ? image.get<std::string>() : image["url"].get<std::string>();
+}
+
+size_t num_requests_to(const std::vector<std::unique_ptr<FakeServer>>& servers,
+                       const std::string& path) {
+  size_t n = 0;
+  for (const auto& s : servers) {
+    n += s->requests_to(path).size();
+  }
+  return n;
+}
+
+TEST_F(ProxyTest, EpdEncodesImagesInParallelAndGivesPrefillTheMergedItemsInOrder) {
+  add_encoders(2);
+  // Every encoder answer waits until all three images have reached the encoders (so only
+  // parallel calls can finish), and the first image is answered last.
+  for (size_t e = 0; e < encoders_.size(); ++e) {
+    FakeServer* self = encoders_[e].get();
+    self->set_handler(
+        [this, self, name = "e" + std::to_string(e)](const net::http::Request& request,
+                                                     std::shared_ptr<net::http::ResponseWriter> w) {
+          self->spawn([this, name, request, w] {
+            auto deadline = Deadline::after_ms(kWaitMs);
+            while (num_requests_to(encoders_, kChat) < 3 && !deadline.is_expired()) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            }
+            std::string url = parse(request.body)["messages"][0]["content"][0]["image_url"].dump();
+            int delay_ms = url.find("img0") != std::string::npos ? 80 : 0;
+            std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+            testing::encoder_handler(name)(request, w);
+          });
+        });
+  }
+  start({1}, 1);
+  std::vector<std::string> urls = {"http://images/img0.png", "http://images/img1.png",
+                                   "data:image/png;base64,aW1nMg=="};
+  std::string client_body = chat_with_images(urls, /*stream=*/true);
+  auto result = stream(kChat, client_body, {{"X-Request-Id", "epd-1"}});
+  ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
+  EXPECT_EQ(result.http_status, 200) << result.body;
+  ASSERT_FALSE(result.events.empty());
+  EXPECT_EQ(result.events.back(), "[DONE]");
+
+  // Three encoder calls, round-robin: images 0 and 2 on e0, image 1 on e1; each the exact body.
+  auto e0 = encoders_[0]->requests_to(kChat);
+  auto e1 = encoders_[1]->requests_to(kChat);
+  ASSERT_EQ(e0.size(), 2u);
+  ASSERT_EQ(e1.size(), 1u);
+  Json client = parse(client_body);
+  const Json& parts = client["messages"][0]["content"];
+  std::map<std::string, Json> part_of_url;
+  for (size_t i = 0; i < urls.size(); ++i) {
+    part_of_url[urls[i]] = parts[i + 1];
+  }
+  for (const auto& r : {e0[0], e0[1], e1[0]}) {
+    std::string url = image_url_of_encoder_request(r);
+    Json expected = {
+        {"model", "vl"},
+        {"messages",
+         Json::array({Json{{"role", "user"}, {"content", Json::array({part_of_url[url]})}}})},
+        {"max_tokens", 1},
+        {"stream", false}};
+    EXPECT_EQ(parse(r.body), expected) << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/json");
+    EXPECT_EQ(r.header("x-request-id").rfind("epd-1-img", 0), 0u) << r.header("x-request-id");
+  }
+  std::set<std::string> e0_urls = {image_url_of_encoder_request(e0[0]),
+                                   image_url_of_encoder_request(e0[1])};
+  EXPECT_EQ(e0_urls, (std::set<std::string>{urls[0], urls[2]}));
+  EXPECT_EQ(image_url_of_encoder_request(e1[0]), urls[1]);
+
+  // P: the prefill body of today plus the items, in image order.
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  auto p = prefills_[0]->server.requests_to(kChat);
+  Json p_body = parse(p[0].body);
+  Json expected_items = Json::array();
+  std::vector<std::string> encoder_of_image = {"e0", "e1", "e0"};
+  for (size_t i = 0; i < urls.size(); ++i) {
+    // Items are passed on as the encoder wrote them (the fake's keys are sorted).
+    expected_items.push_back(
+        Json{{"encoder", encoder_of_image[i]}, {"mm_hash", testing::fake_mm_hash(urls[i])}});
+  }
+  EXPECT_EQ(p_body["ec_transfer_params"], Json({{"items", expected_items}})) << p[0].body;
+  EXPECT_EQ(p_body["max_tokens"], 1);
+  EXPECT_EQ(p_body["stream"], false);
+  EXPECT_EQ(p_body["kv_transfer_params"]["transfer_id"], "xfer-epd-1");
+  EXPECT_EQ(p_body["messages"], client["messages"]);
+
+  // D: exactly today's decode body, with no ec_transfer_params.
+  auto d = decodes_[0]->requests_to(kChat);
+  ASSERT_EQ(d.size(), 1u);
+  Json d_body = parse(d[0].body);
+  EXPECT_FALSE(d_body.contains("ec_transfer_params")) << d[0].body;
+  Json expected_d = client;
+  expected_d["kv_transfer_params"] =
+      Json{{"do_remote_decode", false},
+           {"do_remote_prefill", true},
+           {"remote_bootstrap_addr",
+            "http://127.0.0.1:" + std::to_string(prefills_[0]->bootstrap.port())},
+           {"remote_engine_id", "engine-0-0"},
+           {"transfer_id", "xfer-epd-1"}};
+  EXPECT_EQ(d_body, expected_d) << d[0].body;
+
+  std::string m = metrics();
+  for (const std::string& line :
+       {"crescent_proxy_encoder_requests_total{encoder=\"" + encoders_[0]->url() + "\"} 2",
+        "crescent_proxy_encoder_requests_total{encoder=\"" + encoders_[1]->url() + "\"} 1",
+        "crescent_proxy_encoder_failures_total{encoder=\"" + encoders_[0]->url() + "\"} 0",
+        std::string("crescent_proxy_encode_seconds_count 1"),
+        std::string("crescent_proxy_encoder_affinity_total 0"),
+        std::string(
+            "crescent_proxy_requests_total{endpoint=\"chat_completions\",outcome=\"ok\"} 1")}) {
+    EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  }
+}
+
+TEST_F(ProxyTest, EpdTextOnlyRequestsNeverTouchTheEncoders) {
+  add_encoders(1);
+  start({1}, 1);
+  auto r = post(kChat, R"({"model":"vl","messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = post(
+      kChat,
+      R"({"model":"vl","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  // Images in a completions request are not for the proxy to find.
+  r = post("/v1/completions", R"({"prompt":"a","image_url":"http://x/y.png"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 2, kWaitMs));
+  EXPECT_TRUE(encoders_[0]->requests().empty());
+  for (const auto& p : prefills_[0]->server.requests_to(kChat)) {
+    EXPECT_FALSE(parse(p.body).contains("ec_transfer_params")) << p.body;
+  }
+}
+
+TEST_F(ProxyTest, EpdWithoutEncodersSendsImagesToPrefillAsToday) {
+  start({1}, 1);
+  std::string body = chat_with_images({"http://images/a.png"});
+  auto r = post(kChat, body, {{"X-Request-Id", "no-enc"}});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  Json p = parse(prefills_[0]->server.requests_to(kChat)[0].body);
+  EXPECT_FALSE(p.contains("ec_transfer_params"));
+  EXPECT_EQ(p["messages"], parse(body)["messages"]);
+}
+
+TEST_F(ProxyTest, EpdEncoderRefusalPassesThroughAndPrefillDecodeNeverStart) {
+  add_encoders(1);
+  const std::string refusal =
+      R"({"error":{"message":"image too large: 9000x9000 > --max-image-pixels","type":"invalid_request_error","param":null,"code":400}})";
+  encoders_[0]->set_handler(
+      [&](const net::http::Request&, std::shared_ptr<net::http::ResponseWriter> w) {
+        w->send(400, "application/json", refusal);
+      });
+  start({1}, 1);
+  auto r = post(kChat, chat_with_images({"http://images/huge.png"}), {{"X-Request-Id", "big"}});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->body, refusal);
+  EXPECT_EQ(r->header("x-request-id"), "big");
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+  EXPECT_TRUE(decodes_[0]->requests_to(kChat).empty());
+  // A refusal that is not OpenAI-shaped is wrapped in one, keeping its status.
+  encoders_[0]->set_handler(
+      [](const net::http::Request&, std::shared_ptr<net::http::ResponseWriter> w) {
+        w->send(413, "text/plain", "payload too large");
+      });
+  r = post(kChat, chat_with_images({"http://images/huge2.png"}));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 413);
+  std::string message = parse(r->body)["error"]["message"];
+  EXPECT_NE(message.find("payload too large"), std::string::npos) << message;
+  EXPECT_NE(message.find(encoders_[0]->url()), std::string::npos) << message;
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+  EXPECT_TRUE(decodes_[0]->requests_to(kChat).empty());
+  // The request id is free again.
+  encoders_[0]->set_handler(testing::encoder_handler("e0"));
+  r = post(kChat, chat_with_images({"http://images/ok.png"}), {{"X-Request-Id", "big"}});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(metrics().find("crescent_proxy_requests_total{endpoint=\"chat_completions\",outcome="
+                           "\"encoder_error\"} 2"),
+            std::string::npos);
+}
+
+TEST_F(ProxyTest, EpdEncoderDownOrFailingAnswers502Or503NamingIt) {
+  add_encoders(1);
+  start({1}, 1);
+  encoders_[0]->stop();
+  auto r = post(kChat, chat_with_images({"http://images/a.png"}));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 502);
+  std::string message = parse(r->body)["error"]["message"];
+  EXPECT_NE(message.find("encoder " + encoders_[0]->url()), std::string::npos) << message;
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+  EXPECT_TRUE(decodes_[0]->requests_to(kChat).empty());
+  std::string m = metrics();
+  EXPECT_NE(
+      m.find("crescent_proxy_encoder_failures_total{encoder=\"" + encoders_[0]->url() + "\"} 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("crescent_proxy_upstream_errors_total{side=\"encoder\"} 1"), std::string::npos);
+}
+
+TEST_F(ProxyTest, EpdEncoderErrorsAndBadAnswers) {
+  add_encoders(1);
+  start({1}, 1);
+  struct Case {
+    int status;
+    std::string body;
+    int want_status;
+    const char* want_text;
+  };
+  for (const Case& c : std::vector<Case>{
+           {503, R"({"error":{"message":"tensor pool full","type":"x","code":503}})", 503,
+            "tensor pool full"},
+           {500, "boom", 502, "boom"},
+           {200, R"({"choices":[]})", 502, "ec_transfer_params"},
+           {200, R"({"ec_transfer_params":{"items":[{"no_hash":1}]}})", 502, "mm_hash"},
+           {200, R"({"ec_transfer_params":{"items":[]}})", 502, "items"},
+       }) {
+    encoders_[0]->set_handler(
+        [c](const net::http::Request&, std::shared_ptr<net::http::ResponseWriter> w) {
+          w->send(c.status, "application/json", c.body);
+        });
+    auto r = post(kChat, chat_with_images({"http://images/a.png", "http://images/b.png"}));
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(r->status, c.want_status) << r->body;
+    std::string message = parse(r->body)["error"]["message"];
+    EXPECT_NE(message.find(c.want_text), std::string::npos) << message;
+    EXPECT_NE(message.find("encoder " + encoders_[0]->url()), std::string::npos) << message;
+  }
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+  EXPECT_TRUE(decodes_[0]->requests_to(kChat).empty());
+  auto deadline = Deadline::after_ms(kWaitMs);
+  while (proxy_->num_in_flight() > 0 && !deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(proxy_->num_in_flight(), 0);
+}
+
+TEST_F(ProxyTest, EpdEncodeTimeoutAnswers502AndClosesTheEncoderCall) {
+  add_encoders(1);
+  auto closed = std::make_shared<Gate>();
+  encoders_[0]->set_handler(hold_forever(closed));
+  start({1}, 1, true, [](ProxyOptions& o) { o.encode_timeout_s = 0.3; });
+  auto r = post(kChat, chat_with_images({"http://images/slow.png"}));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 502) << r->body;
+  std::string message = parse(r->body)["error"]["message"];
+  EXPECT_NE(message.find("--encode-timeout-s"), std::string::npos) << message;
+  EXPECT_NE(message.find(encoders_[0]->url()), std::string::npos) << message;
+  EXPECT_TRUE(closed->wait(kWaitMs));
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+}
+
+TEST_F(ProxyTest, EpdClientLeavingWhileEncodingClosesEveryEncoderCall) {
+  add_encoders(2);
+  auto closed_0 = std::make_shared<Gate>();
+  auto closed_1 = std::make_shared<Gate>();
+  encoders_[0]->set_handler(hold_forever(closed_0));
+  encoders_[1]->set_handler(hold_forever(closed_1));
+  start({1}, 1);
+  {
+    HttpClient client("127.0.0.1", proxy_->port());
+    auto r = client.request("POST", kChat, chat_with_images({"http://i/a.png", "http://i/b.png"}),
+                            {{"Content-Type", "application/json"}}, Deadline::after_ms(300));
+    EXPECT_FALSE(r.is_ok());
+  }  // the client's connection closes
+  EXPECT_TRUE(closed_0->wait(kWaitMs)) << "the encoder call was not closed";
+  EXPECT_TRUE(closed_1->wait(kWaitMs)) << "the encoder call was not closed";
+  auto deadline = Deadline::after_ms(kWaitMs);
+  while (proxy_->num_in_flight() > 0 && !deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(proxy_->num_in_flight(), 0);
+  EXPECT_TRUE(prefills_[0]->server.requests_to(kChat).empty());
+  EXPECT_TRUE(decodes_[0]->requests_to(kChat).empty());
+  EXPECT_NE(metrics().find("outcome=\"client_disconnected\"} 1"), std::string::npos);
+}
+
+TEST_F(ProxyTest, EpdRepeatedImageGoesToTheEncoderThatHadIt) {
+  add_encoders(3);
+  start({1}, 1);
+  // Round-robin for new images; X (and the same bytes as a data: URL with another media type)
+  // always back to the encoder that had it first.
+  const std::string x = "data:image/png;base64,WFhYWA==";
+  const std::string x_again = "data:image/jpeg;base64,WFhYWA==";
+  std::vector<std::vector<std::string>> requests = {
+      {x}, {"http://i/b.png"}, {x_again, "http://i/c.png"}, {"http://i/d.png", x}, {x}};
+  for (const auto& urls : requests) {
+    auto r = post(kChat, chat_with_images(urls));
+    ASSERT_TRUE(r.is_ok());
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  std::map<std::string, std::set<size_t>> encoders_of;
+  for (size_t e = 0; e < encoders_.size(); ++e) {
+    for (const auto& r : encoders_[e]->requests_to(kChat)) {
+      std::string url = image_url_of_encoder_request(r);
+      encoders_of[url == x_again ? x : url].insert(e);
+    }
+  }
+  EXPECT_EQ(encoders_of[x], std::set<size_t>{0});
+  EXPECT_EQ(encoders_of["http://i/b.png"], std::set<size_t>{1});
+  EXPECT_EQ(encoders_of["http://i/c.png"], std::set<size_t>{2});
+  EXPECT_EQ(encoders_of["http://i/d.png"], std::set<size_t>{0});
+  EXPECT_NE(metrics().find("crescent_proxy_encoder_affinity_total 3"), std::string::npos);
+}
+
+TEST_F(ProxyTest, EpdWithColocatedPrefillDecodeServers) {
+  add_encoders(1);
+  make_fakes({}, 0);
+  FakeServer pd([](auto&&...) {});
+  pd.set_handler(testing::decode_handler(&pd));
+  start_proxy(/*wait_ready=*/true,
+              [&](ProxyOptions& o) { o.pds.push_back(*parse_upstream_url(pd.url())); });
+  auto health = get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 200);
+  std::string body = chat_with_images({"http://i/a.png"}, /*stream=*/true);
+  auto result = stream(kChat, body, {{"X-Request-Id", "pd-1"}});
+  ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
+  EXPECT_EQ(result.http_status, 200);
+  EXPECT_EQ(result.events.back(), "[DONE]");
+  auto got = pd.requests_to(kChat);
+  ASSERT_EQ(got.size(), 1u);
+  Json expected = parse(body);
+  expected["ec_transfer_params"] =
+      Json{{"items", Json::array({Json{{"encoder", "e0"},
+                                       {"mm_hash", testing::fake_mm_hash("http://i/a.png")}}})}};
+  EXPECT_EQ(parse(got[0].body), expected) << got[0].body;
+  EXPECT_EQ(got[0].header("x-request-id"), "pd-1");
+  // Text goes to the pd server untouched.
+  std::string text = R"({"model":"vl","messages":[{"role":"user","content":"hi"}]})";
+  auto r = post(kChat, text);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(pd.requests_to(kChat).back().body, text);
+  EXPECT_EQ(encoders_[0]->requests_to(kChat).size(), 1u);
+  // A pd server that is down is named.
+  pd.stop();
+  r = post(kChat, text);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 502);
+  EXPECT_NE(r->body.find("pd " + pd.url()), std::string::npos) << r->body;
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ TEST(ProxyProcessTest, UsageErrorsExitWithCode2AndAMessage) {
            {{"--prefill", "http://127.0.0.1:8010", "--decode", "http://127.0.0.1:8020", "--port",
              "x"},
             "--port"},
+           {{"--pd", "http://127.0.0.1:8000", "--decode", "http://127.0.0.1:8020"}, "--pd"},
        }) {
     ExitResult r = run_proxy_to_exit(c.args);
     EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -51,6 +52,54 @@ TEST(ProxyProcessTest, HelpExplainsTheFlow) {
                            "remote_bootstrap_addr", "X-data-parallel-rank", "/query"}) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text;
   }
+}
+
+TEST(ProxyProcessTest, HelpExplainsTheEncoderStage) {
+  ExitResult r = run_proxy_to_exit({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* text :
+       {"--encode URL", "--encode-timeout-s", "--pd URL", "ec_transfer_params", "1E1PD"}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text;
+  }
+}
+
+// 1E1PD as a process: an encoder and a colocated prefill+decode server, both fakes.
+TEST(ProxyProcessTest, EncoderThenColocatedPrefillDecode) {
+  FakeServer encoder(proxy::testing::encoder_handler("e0"));
+  FakeServer pd([](auto&&...) {});
+  pd.set_handler(proxy::testing::decode_handler(&pd));
+  ProxyProcess proxy({"--encode", encoder.url(), "--pd", pd.url(), "--encode-timeout-s", "5"});
+  EXPECT_NE(proxy.output().find("(1 pd, 1 encode)"), std::string::npos) << proxy.output();
+  net::http::HttpClient client("127.0.0.1", proxy.port());
+  auto health = client.request("GET", "/health", "", {}, Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 200);
+  std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},)"
+      R"({"type":"image_url","image_url":{"url":"http://i/a.png"}}]}]})";
+  auto r = client.request("POST", "/v1/chat/completions", body,
+                          {{"Content-Type", "application/json"}}, Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(encoder.requests_to("/v1/chat/completions").size(), 1u);
+  auto got = pd.requests_to("/v1/chat/completions");
+  ASSERT_EQ(got.size(), 1u);
+  auto sent = nlohmann::json::parse(got[0].body);
+  EXPECT_EQ(sent["ec_transfer_params"]["items"][0]["mm_hash"],
+            proxy::testing::fake_mm_hash("http://i/a.png"));
+  EXPECT_FALSE(sent.contains("kv_transfer_params"));
+  // A full pool: 503 naming the encoder, and the pd server is not called.
+  encoder.set_handler([](const net::http::Request&, auto w) {
+    w->send(503, "application/json", R"({"error":{"message":"pool full","code":503}})");
+  });
+  r = client.request("POST", "/v1/chat/completions", body, {{"Content-Type", "application/json"}},
+                     Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("encoder " + encoder.url()), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("pool full"), std::string::npos) << r->body;
+  EXPECT_EQ(pd.requests_to("/v1/chat/completions").size(), 1u);
+  EXPECT_EQ(proxy.terminate(), 0) << proxy.output();
 }
 
 TEST(ProxyProcessTest, AddressInUseIsAnErrorAtStart) {
