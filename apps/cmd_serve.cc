@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "apps/command.h"
+#include "apps/ec_flags.h"
 #include "apps/flags.h"
 #include "apps/model_flags.h"
 #include "apps/multimodal_flags.h"
@@ -91,8 +92,9 @@ int run_serve(const std::vector<std::string>& args) {
   ServeFlags serve;
   DisaggFlags disagg;
   MultimodalFlags multimodal;
+  EcFlags ec;
   FlagParser flags(
-      "crescent serve --model DIR|FILE [--role both|prefill|decode] [--host 127.0.0.1] "
+      "crescent serve --model DIR|FILE [--role both|prefill|decode|encode] [--host 127.0.0.1] "
       "[--port 8000] [--served-model-name N] [--kv-transport shm|tcp|ucx] "
       "[--kv-transfer-timeout S] [--bootstrap-port 8998 | --bootstrap-addr URL] "
       "[--data-parallel-size N] [--max-model-len N] [--max-num-seqs N] [--threads N]",
@@ -108,15 +110,25 @@ int run_serve(const std::vector<std::string>& args) {
       "Images: a Qwen2-VL / Qwen2.5-VL model (an HF checkout, or a GGUF with --mmproj) takes\n"
       "chat content parts {\"type\": \"image_url\", \"image_url\": {\"url\": ...}} with data:\n"
       "URLs, file:// URLs under --allowed-local-media-path, and http:// URLs with\n"
-      "--allow-remote-media. See docs/multimodal.md.");
+      "--allow-remote-media. See docs/multimodal.md.\n"
+      "\n"
+      "EPD: `--role encode` loads only a VL model's vision tower; its answer to a chat request\n"
+      "with images is a chat.completion without text carrying ec_transfer_params, which a\n"
+      "--role prefill|both server of the same model takes to pull the embeddings instead of\n"
+      "encoding (--ec-* flags). `crescent proxy --encode URL` does this for clients.");
   model_flags.add_to(flags);
   serve.add_to(flags);
   disagg.add_to(flags);
   multimodal.add_to(flags);
+  ec.add_to(flags);
   if (int code = flags.parse_or_exit_code(args); code >= 0) {
     return code;
   }
   if (Status s = disagg.validate(); !s.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (Status s = ec.validate(disagg.role); !s.is_ok()) {
     std::fprintf(stderr, "error: %s\n", s.message().c_str());
     return 2;
   }
@@ -146,11 +158,15 @@ int run_serve(const std::vector<std::string>& args) {
     }
     options.served_model_name = m;
   }
-  options.extra_metrics = [&deployment_for_metrics](std::string* out) {
+  options.extra_metrics = [&deployment_for_metrics,
+                           name = options.served_model_name](std::string* out) {
     if (ServeDeployment* d = deployment_for_metrics.load()) {
-      d->render_metrics(out);
+      d->render_metrics(name, out);
     }
   };
+  // The server's views of the EC connector; they outlive the server's media threads.
+  std::unique_ptr<server::EcPublisher> ec_publisher;
+  std::unique_ptr<server::EcFetcher> ec_fetcher;
   auto server_or = server::OpenAiServer::start(options);
   if (!server_or.is_ok()) {
     std::fprintf(stderr, "error: %s\n", server_or.status().to_string().c_str());
@@ -161,7 +177,7 @@ int run_serve(const std::vector<std::string>& args) {
               serve.host.c_str(), server->port(), model_flags.model.c_str(), disagg.role.c_str());
   std::fflush(stdout);
 
-  auto deployment_or = ServeDeployment::start(model_flags, disagg, serve.host);
+  auto deployment_or = ServeDeployment::start(model_flags, disagg, ec, serve.host);
   if (!deployment_or.is_ok()) {
     std::fprintf(stderr, "error: %s\n", deployment_or.status().to_string().c_str());
     return 1;
@@ -173,16 +189,38 @@ int run_serve(const std::vector<std::string>& args) {
     return 2;
   }
   server->set_multimodal(*processor);
+  if (disagg::EcConsumer* consumer = deployment->ec_consumer()) {
+    const engine::LoadedEngine& loaded = deployment->loaded();
+    ec_fetcher = make_ec_fetcher(consumer, ec.transfer_timeout());
+    server::EcPullOptions pull;
+    pull.fallback_local = ec.ec_fallback_local && loaded.is_multimodal();
+    pull.hidden_size = loaded.config.vision->out_hidden_size;
+    server->set_ec_puller(std::make_unique<server::EcImagePuller>(ec_fetcher.get(), pull));
+  }
   server::EngineClient* client = deployment->client();
   deployment_for_metrics.store(deployment.get());
   signal_watcher->set_ready();
-  server->set_engine(client);
+  if (deployment->role() == ServeRole::kEncode) {
+    // Publishing waits for pool space up to --ec-full-pool-wait-s, and for another request
+    // encoding the same image.
+    ec_publisher = make_ec_publisher(deployment->ec_producer(),
+                                     ec.full_pool_wait() + std::chrono::seconds(60));
+    server->set_encoder(
+        std::make_unique<server::EncodeHandler>(deployment->encoder(), ec_publisher.get()));
+  } else {
+    server->set_engine(client);
+  }
   if (!deployment->bootstrap_url().empty()) {
     std::printf("crescent serve: bootstrap %s\n", deployment->bootstrap_url().c_str());
   }
   std::printf("%s", deployment->describe().c_str());
-  std::printf("crescent serve: ready, model '%s', max_model_len %d\n",
-              options.served_model_name.c_str(), client->max_model_len());
+  if (client != nullptr) {
+    std::printf("crescent serve: ready, model '%s', max_model_len %d\n",
+                options.served_model_name.c_str(), client->max_model_len());
+  } else {
+    std::printf("crescent serve: ready, model '%s', image encoder only\n",
+                options.served_model_name.c_str());
+  }
   std::fflush(stdout);
 
   int signal_number = signal_watcher->wait();

@@ -38,9 +38,10 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load() const {
 }
 
 Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load(
-    ThreadPool& pool,
-    std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory) const {
+    ThreadPool& pool, std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory,
+    engine::ModelParts parts) const {
   engine::LoadOptions options;
+  options.parts = parts;
   options.allocate_kv_memory = std::move(allocate_kv_memory);
   options.model_path = model;
   if (weights == "auto") {

@@ -29,9 +29,10 @@ struct ModelFlags {
   Result<std::unique_ptr<engine::LoadedEngine>> load() const;
   // Loads the model onto `pool` (one per data-parallel rank) with the KV cache from
   // allocate_kv_memory (empty: private memory). Does not touch the default pool's size.
+  // `parts`: all, or only the vision tower (--role encode), or all but it (--role decode).
   Result<std::unique_ptr<engine::LoadedEngine>> load(
-      ThreadPool& pool,
-      std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory) const;
+      ThreadPool& pool, std::function<Result<engine::KvCacheMemory>(int64_t)> allocate_kv_memory,
+      engine::ModelParts parts = engine::ModelParts::kAll) const;
   // The compute threads --threads asks for (all cores when 0).
   int num_threads() const;
 };

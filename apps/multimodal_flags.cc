@@ -71,11 +71,12 @@ Result<int> parse_limit_mm_per_prompt(const std::string& text, int default_limit
 
 Result<std::shared_ptr<const server::MultimodalProcessor>> MultimodalFlags::make_processor(
     const engine::LoadedEngine& loaded) const {
-  if (!loaded.is_multimodal()) {
+  if (!loaded.takes_images()) {
     return std::shared_ptr<const server::MultimodalProcessor>();
   }
-  const model::ModelConfig& config = loaded.model->config();
-  const model::VisionConfig& vision = loaded.vision->config();
+  // From the config, not the tower: a decode server prepares images without loading it.
+  const model::ModelConfig& config = loaded.config;
+  const model::VisionConfig& vision = *loaded.config.vision;
   media::ImageProcessorConfig processor;
   if (!loaded.preprocessor_config_json.empty()) {
     auto parsed = media::parse_preprocessor_config(loaded.preprocessor_config_json);

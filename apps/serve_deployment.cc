@@ -5,6 +5,7 @@
 
 #include "core/ids.h"
 #include "core/logging.h"
+#include "core/prometheus.h"
 
 namespace crescent::apps {
 
@@ -12,7 +13,9 @@ void DisaggFlags::add_to(FlagParser& flags) {
   flags.add("role", &role,
             "both: prefill and decode in this process; prefill: compute prompts' KV and send it "
             "to decode engines (hosts the bootstrap server); decode: fetch KV from a prefill "
-            "engine named by each request's kv_transfer_params, then decode");
+            "engine named by each request's kv_transfer_params, then decode (a VL model's "
+            "vision tower is not loaded); encode: only a VL model's vision tower, answering "
+            "chat requests with ec_transfer_params (EPD)");
   flags.add("kv-transport", &kv_transport,
             "how KV moves between engines: shm (same host, one copy), tcp (any host), ucx");
   flags.add("kv-transfer-timeout", &kv_transfer_timeout_s,
@@ -37,8 +40,10 @@ Status DisaggFlags::validate() {
     parsed_role = ServeRole::kPrefill;
   } else if (role == "decode") {
     parsed_role = ServeRole::kDecode;
+  } else if (role == "encode") {
+    parsed_role = ServeRole::kEncode;
   } else {
-    return invalid_argument("--role must be both, prefill or decode, got '" + role + "'");
+    return invalid_argument("--role must be both, prefill, decode or encode, got '" + role + "'");
   }
   auto transport = transfer::parse_transport(kv_transport);
   if (!transport.is_ok()) {
@@ -56,6 +61,11 @@ Status DisaggFlags::validate() {
   }
   if (data_parallel_size < 1 || data_parallel_size > 64) {
     return invalid_argument("--data-parallel-size must be 1..64");
+  }
+  if (parsed_role == ServeRole::kEncode && data_parallel_size != 1) {
+    return invalid_argument(
+        "--role encode runs one vision tower: start more encoders instead of "
+        "--data-parallel-size");
   }
   if (!bootstrap_addr.empty()) {
     auto parsed = bootstrap::parse_http_url(bootstrap_addr);
@@ -91,9 +101,15 @@ disagg::KvCompatInfo compat_info(const engine::LoadedEngine& loaded) {
 
 Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags& model_flags,
                                                                 const DisaggFlags& disagg,
+                                                                const EcFlags& ec,
                                                                 const std::string& host) {
   std::unique_ptr<ServeDeployment> d(new ServeDeployment());
   d->role_ = disagg.parsed_role;
+  if (d->role_ == ServeRole::kEncode) {
+    ThreadPool::set_default_threads(model_flags.num_threads());
+    RETURN_IF_ERROR(d->start_encoder(model_flags, disagg, ec, host));
+    return d;
+  }
   if (d->role_ == ServeRole::kPrefill) {
     if (disagg.bootstrap_addr.empty()) {
       bootstrap::BootstrapServerOptions options;
@@ -133,6 +149,22 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
     clients.push_back(rank.client.get());
   }
   d->dp_client_ = std::make_unique<server::DataParallelEngineClient>(std::move(clients));
+
+  const engine::LoadedEngine& loaded = *d->ranks_.front().loaded;
+  const bool wants_consumer =
+      ec.parsed_role == EcRole::kConsumer ||
+      (ec.parsed_role == EcRole::kNone && d->role_ != ServeRole::kDecode && loaded.takes_images());
+  if (wants_consumer) {
+    if (!loaded.takes_images()) {
+      return invalid_argument("--ec-role consumer needs a vision-language model");
+    }
+    disagg::EcConsumerOptions options;
+    options.transport = ec.parsed_transport;
+    options.timeout = ec.transfer_timeout();
+    options.compat = ec_compat(loaded);
+    options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
+    ASSIGN_OR_RETURN(d->ec_consumer_, disagg::EcConsumer::create(std::move(options)));
+  }
 
   if (d->role_ == ServeRole::kPrefill) {
     for (int r = 0; r < disagg.data_parallel_size; ++r) {
@@ -176,7 +208,10 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
       return memory;
     };
   }
-  ASSIGN_OR_RETURN(rank.loaded, model_flags.load(*pool, std::move(allocate)));
+  ASSIGN_OR_RETURN(rank.loaded, model_flags.load(*pool, std::move(allocate),
+                                                 role_ == ServeRole::kDecode
+                                                     ? engine::ModelParts::kWithoutVisionTower
+                                                     : engine::ModelParts::kAll));
   if (role_ == ServeRole::kBoth) {
     ASSIGN_OR_RETURN(rank.client, server::EngineLoopClient::create(rank.loaded.get()));
     return Status::ok();
@@ -208,26 +243,77 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   return Status::ok();
 }
 
+Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const DisaggFlags& disagg,
+                                      const EcFlags& ec, const std::string& host) {
+  ASSIGN_OR_RETURN(encoder_loaded_, model_flags.load(ThreadPool::default_pool(), {},
+                                                     engine::ModelParts::kVisionTowerOnly));
+  disagg::EcProducerOptions options;
+  options.engine_id = "encode-" + random_uuid();
+  options.transport = ec.parsed_transport;
+  options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
+  options.listen_port = ec.ec_port;
+  options.pool_bytes = ec.parsed_pool_bytes;
+  options.reservation_timeout = ec.reservation_timeout();
+  options.full_pool_wait = ec.full_pool_wait();
+  options.compat = ec_compat(*encoder_loaded_);
+  options.bootstrap_addr = disagg.bootstrap_addr;
+  ASSIGN_OR_RETURN(ec_producer_, disagg::EcProducer::create(std::move(options)));
+  return Status::ok();
+}
+
+engine::EncoderRunner* ServeDeployment::encoder() const {
+  return encoder_loaded_ ? encoder_loaded_->encoder_runner.get() : nullptr;
+}
+
 ServeDeployment::~ServeDeployment() {
   shutdown();
 }
 
 server::EngineClient* ServeDeployment::client() {
+  if (ranks_.empty()) {
+    return nullptr;
+  }
   if (ranks_.size() == 1) {
     return ranks_[0].client.get();
   }
   return dp_client_.get();
 }
 
-void ServeDeployment::render_metrics(std::string* out) const {
+void ServeDeployment::render_metrics(const std::string& model_name, std::string* out) const {
   if (!ranks_.empty() && ranks_[0].connector) {
     ranks_[0].connector->render_metrics(
         out);  // FIXME(lead): all ranks via a shared TransferMetrics
+  }
+  if (ec_producer_) {
+    *out += ec_producer_->render_metrics(model_name);
+  }
+  if (ec_consumer_) {
+    *out += ec_consumer_->render_metrics(model_name);
+  }
+  if (loaded().takes_images()) {
+    prometheus::append_header(out, "crescent_vision_tower_loaded", "gauge",
+                              "1 when this process loaded the vision tower (it can encode "
+                              "images); 0 for a decode server of a vision-language model.");
+    prometheus::append_sample(out,
+                              "crescent_vision_tower_loaded{model_name=\"" + model_name + "\"}",
+                              loaded().is_multimodal() ? 1 : 0);
   }
 }
 
 std::string ServeDeployment::describe() const {
   std::string out;
+  if (ec_producer_) {
+    out += "  encoder: engine_id " + ec_producer_->engine_id() + ", ec worker " +
+           ec_producer_->worker_addr() + "\n";
+  }
+  if (!ranks_.empty() && ranks_.front().loaded->takes_images()) {
+    out += ranks_.front().loaded->is_multimodal()
+               ? "  vision tower loaded\n"
+               : "  vision tower not loaded (--role decode: images' KV comes from prefill)\n";
+  }
+  if (ec_consumer_) {
+    out += "  ec consumer: pulls image embeddings named by ec_transfer_params\n";
+  }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (ranks_[r].connector) {
       out += "  dp rank " + std::to_string(r) + ": engine_id " + ranks_[r].engine_id;

@@ -2,12 +2,16 @@
 // What one `crescent serve` process runs behind its HTTP server: one engine per data-parallel
 // rank, and for --role prefill|decode each rank's KV cache in shareable memory, its KV
 // connector, and (prefill) the bootstrap server on rank 0 plus every rank's registration.
-// Wiring only: the pieces live in src/engine, src/disagg and src/bootstrap.
+// EPD (DESIGN.md §2b): --role encode loads only a VL model's vision tower and runs the EC
+// producer, no engine; --role prefill|both of a VL model runs an EC consumer; --role decode of
+// a VL model does not load the tower. Wiring only: the pieces live in src/engine, src/disagg
+// and src/bootstrap.
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "apps/ec_flags.h"
 #include "apps/flags.h"
 #include "apps/model_flags.h"
 #include "bootstrap/bootstrap_client.h"
@@ -20,7 +24,7 @@
 
 namespace crescent::apps {
 
-enum class ServeRole { kBoth, kPrefill, kDecode };
+enum class ServeRole { kBoth, kPrefill, kDecode, kEncode };
 
 struct DisaggFlags {
   std::string role = "both";
@@ -45,16 +49,27 @@ class ServeDeployment {
   // prefill ranks (with retries) before returning.
   static Result<std::unique_ptr<ServeDeployment>> start(const ModelFlags& model_flags,
                                                         const DisaggFlags& disagg,
-                                                        const std::string& host);
+                                                        const EcFlags& ec, const std::string& host);
   ~ServeDeployment();  // shutdown()
 
+  // Null for --role encode (no engine).
   server::EngineClient* client();
+  ServeRole role() const { return role_; }
   // Rank 0's model, tokenizer and (vision-language models) tower; every rank loads the same.
-  const engine::LoadedEngine& loaded() const { return *ranks_.front().loaded; }
+  // --role encode: the tower alone.
+  const engine::LoadedEngine& loaded() const {
+    return encoder_loaded_ ? *encoder_loaded_ : *ranks_.front().loaded;
+  }
+  // --role encode: the tower's runner and the pool it publishes into; null otherwise.
+  engine::EncoderRunner* encoder() const;
+  disagg::EcProducer* ec_producer() const { return ec_producer_.get(); }
+  // --role prefill|both of a VL model (unless another --ec-role): pulls of encoder outputs.
+  disagg::EcConsumer* ec_consumer() const { return ec_consumer_.get(); }
   // The bootstrap this deployment registers with (prefill); empty otherwise.
   const std::string& bootstrap_url() const { return bootstrap_url_; }
-  // Appends the connectors' crescent_kv_transfer_* families (nothing for --role both).
-  void render_metrics(std::string* out) const;
+  // Appends the connectors' crescent_kv_transfer_* and crescent_ec_* families, and whether
+  // this process loaded a vision tower (VL models).
+  void render_metrics(const std::string& model_name, std::string* out) const;
   // One line per rank: its engine id and worker address.
   std::string describe() const;
   // Aborts what runs, fails transfers in flight, stops engines, connectors and the bootstrap.
@@ -72,6 +87,8 @@ class ServeDeployment {
   ServeDeployment() = default;
   Status start_rank(int dp_rank, const ModelFlags& model_flags, const DisaggFlags& disagg,
                     const std::string& host, int threads_per_rank);
+  Status start_encoder(const ModelFlags& model_flags, const DisaggFlags& disagg, const EcFlags& ec,
+                       const std::string& host);
 
   ServeRole role_ = ServeRole::kBoth;
   std::string bootstrap_url_;
@@ -80,6 +97,9 @@ class ServeDeployment {
   std::shared_ptr<disagg::TransferMetrics> transfer_metrics_;
   std::vector<Rank> ranks_;
   std::unique_ptr<server::DataParallelEngineClient> dp_client_;
+  std::unique_ptr<engine::LoadedEngine> encoder_loaded_;  // --role encode
+  std::unique_ptr<disagg::EcProducer> ec_producer_;
+  std::unique_ptr<disagg::EcConsumer> ec_consumer_;
   bool is_shut_down_ = false;
 };
 

@@ -540,5 +540,71 @@ TEST(EngineKvTest, PrefillToDecodeThroughTwoEngines) {
   EXPECT_EQ(d.engine.stats().num_blocks_used, 0);
 }
 
+// A decode engine of a vision-language model loads no vision tower: an image request whose
+// prompt KV comes from the prefill engine is taken without embeddings or encoder input, and
+// only its last prompt token (text) is computed here.
+EngineRequest image_request(const std::string& id, int max_tokens) {
+  EngineRequest r = make_request(id, prompt_of(14, 5), max_tokens);
+  MultiModalItem item;
+  item.mm_hash = "img-" + id;
+  item.offset = 3;
+  item.num_tokens = 4;
+  item.llm_grid_h = 2;
+  item.llm_grid_w = 2;
+  r.mm_items.push_back(item);
+  return r;
+}
+
+TEST(EngineKvTest, DecodeSideWithoutEncoderTakesRemoteImageRequests) {
+  DecodeSide d;
+  EXPECT_EQ(d.engine.add_request(image_request("local", 4)).code(), StatusCode::kInvalidArgument)
+      << "a local prefill of an image needs an encoder";
+  Status added = d.engine.add_request(remote_prefill(image_request("r", 4)));
+  ASSERT_TRUE(added.is_ok()) << added.to_string();
+  std::map<std::string, Collected> got;
+  step(d.engine, got);
+  const std::vector<FakeKvConnector::Fetch> fetches = d.connector.fetches();
+  ASSERT_EQ(fetches.size(), 1u);
+  write_fetched_kv(d.runner, fetches[0]);
+  ASSERT_TRUE(d.connector.complete_fetch("r"));
+  while (d.engine.has_unfinished_requests()) {
+    step(d.engine, got);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_EQ(got["r"].reason, FinishReason::kLength) << got["r"].error;
+  EXPECT_EQ(got["r"].tokens.size(), 4u);
+  EXPECT_EQ(d.runner.num_tokens_computed(), 1 + 3);
+}
+
+// If such a request ever had to prefill its image here (preempted after its KV arrived and
+// recomputed without a prefix cache), it fails with a clear error instead of crashing.
+TEST(EngineKvTest, DecodeSideWithoutEncoderFailsARecomputedImage) {
+  DecodeSide d(/*num_blocks=*/9, /*prefix_caching=*/false);
+  for (const char* id : {"a", "b"}) {
+    ASSERT_TRUE(d.engine.add_request(remote_prefill(image_request(id, 16))).is_ok());
+  }
+  std::map<std::string, Collected> got;
+  step(d.engine, got);
+  for (const FakeKvConnector::Fetch& f : d.connector.fetches()) {
+    write_fetched_kv(d.runner, f);
+    ASSERT_TRUE(d.connector.complete_fetch(f.request_id));
+  }
+  for (int i = 0; i < 200 && d.engine.has_unfinished_requests(); ++i) {
+    step(d.engine, got);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  ASSERT_GT(d.engine.stats().num_preemptions_total, 0) << "the test needs a preemption";
+  int num_failed = 0;
+  for (const char* id : {"a", "b"}) {
+    ASSERT_TRUE(got[id].finished) << id;
+    if (got[id].reason == FinishReason::kError) {
+      ++num_failed;
+      EXPECT_NE(got[id].error.find("no vision encoder"), std::string::npos) << got[id].error;
+    }
+  }
+  EXPECT_GE(num_failed, 1);
+  EXPECT_EQ(d.engine.stats().num_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace crescent::engine

@@ -15,10 +15,17 @@ Status Engine::validate_multimodal(const EngineRequest& request) const {
     return Status::ok();
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
-  RETURN_IF_ERROR(validate_multimodal_items(request.mm_items, num_prompt));
+  const bool is_remote_prefill = request.kv_transfer_params.do_remote_prefill;
+  RETURN_IF_ERROR(validate_multimodal_items(request.mm_items, num_prompt,
+                                            /*require_inputs=*/!is_remote_prefill));
   for (size_t i = 0; i < request.mm_items.size(); ++i) {
     const MultiModalItem& item = request.mm_items[i];
     if (!item.embeddings && options_.encoder_runner == nullptr) {
+      // A decode engine of a VL model has no tower: the prompt's KV (images included) comes
+      // from the prefill engine, and only the last prompt token, text, is computed here.
+      if (is_remote_prefill) {
+        continue;
+      }
       return invalid_argument("this model does not take images (it has no vision encoder)");
     }
     if (item.embeddings) {
@@ -99,6 +106,15 @@ void Engine::prepare_multimodal(ScheduleResult& schedule) {
       if ((encoded_any && item.num_tokens > budget) ||
           !encoder_cache_.can_insert(item.num_tokens)) {
         end = item.offset;  // the rest of the prompt waits for a later step
+        break;
+      }
+      if (options_.encoder_runner == nullptr || item.input == nullptr) {
+        // Only a request whose KV was to come from a prefill engine gets here without either
+        // (validate_multimodal): its remote KV did not cover this image.
+        failure = failed_precondition(
+            "image " + std::to_string(k) +
+            " would have to be encoded here, but this engine has no vision encoder (a decode "
+            "engine's images must come with the prompt's KV from the prefill engine)");
         break;
       }
       encoder_cache_.acquire(item.mm_hash);  // counts the miss

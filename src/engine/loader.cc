@@ -70,7 +70,13 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   ASSIGN_OR_RETURN(model::ModelFiles files,
                    model::open_model(options.model_path, options.mmproj_path));
   const std::string tokenizer_config_path = files.tokenizer_config_path;
-  if (files.config.vision) {
+  loaded->config = files.config;
+  if (options.parts == ModelParts::kVisionTowerOnly && !files.config.vision) {
+    return invalid_argument(options.model_path +
+                            " has no vision tower to serve (an encoder needs a vision-language "
+                            "model)");
+  }
+  if (files.config.vision && options.parts != ModelParts::kWithoutVisionTower) {
     // The tower first: the Transformer takes the files over.
     const model::TensorSource& vision_tensors =
         files.vision_tensors ? *files.vision_tensors : *files.tensors;
@@ -80,14 +86,18 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
         loaded->vision,
         model::VisionTransformer::load(*files.config.vision, vision_tensors, vision_options, pool));
     loaded->encoder_runner = std::make_unique<VisionEncoderRunner>(*loaded->vision);
-    if (!files.preprocessor_config_path.empty()) {
-      ASSIGN_OR_RETURN(loaded->preprocessor_config_json,
-                       model::read_file_to_string(files.preprocessor_config_path));
-    }
-  } else if (files.config.is_multimodal()) {
+  } else if (files.config.is_multimodal() && !files.config.vision) {
     return invalid_argument(options.model_path +
                             " is a vision-language model without its vision tower: give the "
                             "projector file with --mmproj");
+  }
+  // Every process that takes images preprocesses them, the tower loaded or not.
+  if (files.config.vision && !files.preprocessor_config_path.empty()) {
+    ASSIGN_OR_RETURN(loaded->preprocessor_config_json,
+                     model::read_file_to_string(files.preprocessor_config_path));
+  }
+  if (options.parts == ModelParts::kVisionTowerOnly) {
+    return loaded;  // the language model's mapped files close here
   }
   ASSIGN_OR_RETURN(loaded->tokenizer, model::Tokenizer::from_file(files.tokenizer_json_path));
   if (!tokenizer_config_path.empty()) {

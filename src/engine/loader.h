@@ -22,8 +22,14 @@
 
 namespace crescent::engine {
 
+// Which parts of a model one process loads. `crescent serve --role encode` needs only the
+// vision tower (no language-model weights, tokenizer or KV cache); --role decode of a
+// vision-language model everything but the tower (the prefill engine computes the images' KV).
+enum class ModelParts { kAll, kVisionTowerOnly, kWithoutVisionTower };
+
 struct LoadOptions {
   std::string model_path;
+  ModelParts parts = ModelParts::kAll;
   // Vision-language GGUF models: llama.cpp's vision projector file (empty: an mmproj*.gguf
   // beside the model, if any). HF checkouts carry the tower in their own safetensors.
   std::string mmproj_path;
@@ -48,6 +54,8 @@ struct LoadOptions {
 // Owns the pieces; the runner refers to the model and the engine to the runner, so keep the
 // LoadedEngine alive (and unmoved from) while the Engine built from options runs.
 struct LoadedEngine {
+  model::ModelConfig config;  // always set, whatever parts were loaded
+  // Null for ModelParts::kVisionTowerOnly, with tokenizer and runner.
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::optional<model::ChatTemplate> chat_template;  // absent: the model ships none
@@ -59,7 +67,10 @@ struct LoadedEngine {
   std::string preprocessor_config_json;
   EngineOptions engine_options;
 
+  // The vision tower is loaded (it can encode images).
   bool is_multimodal() const { return vision != nullptr; }
+  // The model takes images, whether or not this process loaded its tower.
+  bool takes_images() const { return config.vision.has_value(); }
 };
 
 Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool);

@@ -4,7 +4,8 @@
 
 namespace crescent::engine {
 
-Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_prompt_tokens) {
+Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_prompt_tokens,
+                                 bool require_inputs) {
   int previous_end = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const MultiModalItem& item = items[i];
@@ -25,7 +26,7 @@ Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_
                               ") overlap another image or leave the prompt of " +
                               std::to_string(num_prompt_tokens) + " tokens");
     }
-    if (!item.input && !item.embeddings) {
+    if (require_inputs && !item.input && !item.embeddings) {
       return invalid_argument(name + " has neither pixel values nor embeddings");
     }
     previous_end = item.end();

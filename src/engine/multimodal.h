@@ -41,9 +41,12 @@ struct MultiModalItem {
   int end() const { return offset + num_tokens; }
 };
 
-// Checks that items are ordered, disjoint, inside a prompt of num_prompt_tokens, and that each
-// one's token count equals its grid. InvalidArgument naming the item otherwise.
-Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_prompt_tokens);
+// Checks that items are ordered, disjoint, inside a prompt of num_prompt_tokens, that each
+// one's token count equals its grid, and (require_inputs) that each has an encoder input or
+// embeddings; a decode engine whose prompt KV comes from a prefill engine needs neither.
+// InvalidArgument naming the item otherwise.
+Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_prompt_tokens,
+                                 bool require_inputs = true);
 
 // Qwen2-VL's 3-D position ids (transformers' get_rope_index for images): text tokens count up
 // on all three axes; an image's tokens sit at (start + t, start + h, start + w) where start is

@@ -103,6 +103,7 @@ Result<std::vector<engine::MultiModalItem>> MultimodalProcessor::expand(
     item.llm_grid_h = image.llm_grid_h;
     item.llm_grid_w = image.llm_grid_w;
     item.input = image.input;
+    item.embeddings = image.embeddings;
     expanded.insert(expanded.end(), static_cast<size_t>(item.num_tokens), image_token_id_);
     items.push_back(std::move(item));
   }

@@ -27,6 +27,9 @@ struct MultimodalOptions {
 
 struct PreparedImage {
   std::shared_ptr<const engine::EncoderInput> input;
+  // Set when the embeddings were pulled from an encoder worker (EPD): the engine then does not
+  // encode the image; input is dropped.
+  std::shared_ptr<const std::vector<float>> embeddings;
   std::string mm_hash;
   int llm_grid_t = 0;
   int llm_grid_h = 0;

@@ -495,6 +495,12 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
     CRESCENT_RETURN_IF_API_ERROR(parse_kv_transfer_params(*it, &out->kv_transfer));
     out->kv_transfer_params = *it;
   }
+  if (auto it = j.find("ec_transfer_params"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return wrong_type("ec_transfer_params", "an object", *it);
+    }
+    out->ec_transfer_params = *it;
+  }
   return std::nullopt;
 }
 

@@ -54,6 +54,9 @@ struct GenerationRequest {
   bool want_logprobs = false;
   std::optional<nlohmann::json> kv_transfer_params;  // as sent: echoed in the response
   engine::KvTransferParams kv_transfer;              // the fields crescent acts on
+  // EPD: the encoder outputs of this request's images, as an encoder worker answered them
+  // ({"items": [...]}); an object when present, its items parsed by the EC connector.
+  std::optional<nlohmann::json> ec_transfer_params;
 };
 
 // Parses and checks a body; everything that does not need the engine (types, ranges,

@@ -162,6 +162,15 @@ void OpenAiServer::set_multimodal(std::shared_ptr<const MultimodalProcessor> mul
   }
 }
 
+void OpenAiServer::set_ec_puller(std::unique_ptr<EcImagePuller> puller) {
+  ec_puller_ = std::move(puller);
+}
+
+void OpenAiServer::set_encoder(std::unique_ptr<EncodeHandler> encoder) {
+  encoder_ = std::move(encoder);
+  is_encoder_ready_.store(encoder_ != nullptr && multimodal_ != nullptr);
+}
+
 void OpenAiServer::set_engine(EngineClient* engine) {
   engine_.store(engine);
 }
@@ -215,10 +224,11 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
         {{"Allow", route->method}});
   }
   EngineClient* engine = engine_.load();
+  const bool is_ready = engine != nullptr || is_encoder_ready_.load();
   if (request.path == "/health") {
-    if (engine == nullptr || draining_.load()) {
+    if (!is_ready || draining_.load()) {
       metrics_.observe_http_request(503);
-      return writer->send(503, "text/plain", engine == nullptr ? "loading\n" : "draining\n");
+      return writer->send(503, "text/plain", !is_ready ? "loading\n" : "draining\n");
     }
     metrics_.observe_http_request(200);
     return writer->send(200, "", "");
@@ -228,6 +238,12 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
     std::string text =
         metrics_.render(options_.served_model_name, engine ? engine->metrics() : EngineMetrics{},
                         num_in_flight_.load());
+    if (is_encoder_ready_.load()) {
+      encoder_->render_metrics(options_.served_model_name, &text);
+    }
+    if (ec_puller_ != nullptr && engine != nullptr) {
+      ec_puller_->render_metrics(options_.served_model_name, &text);
+    }
     if (options_.extra_metrics) {
       options_.extra_metrics(&text);
     }
@@ -257,7 +273,8 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     send_json(*writer, e.http_status, dump_json(error_json(e)));
   };
   EngineClient* engine = engine_.load();
-  if (engine == nullptr) {
+  const bool is_encoder = is_encoder_ready_.load();
+  if (engine == nullptr && !is_encoder) {
     return fail(make_error(503, "the model is still loading", "service_unavailable"));
   }
   if (draining_.load()) {
@@ -280,8 +297,25 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     e.code = "model_not_found";
     return fail(e);
   }
+  if (is_encoder) {
+    return handle_encode(request, std::move(writer), std::move(call), chat);
+  }
 
+  // EPD: the encoder outputs this request's images may take instead of encoding here.
+  std::vector<EcItem> ec_items;
+  if (req.ec_transfer_params && ec_puller_ != nullptr) {
+    auto parsed = ec_puller_->parse(*req.ec_transfer_params);
+    if (!parsed.is_ok()) {
+      const std::string& m = parsed.status().message();
+      return fail(bad_request(m.starts_with("ec_transfer_params") ? m : "ec_transfer_params: " + m,
+                              "ec_transfer_params"));
+    }
+    ec_items = std::move(parsed).value();
+  }
   if (req.images.empty()) {
+    if (!ec_items.empty()) {
+      ec_puller_->release(ec_items);
+    }
     return start_generation(request, std::move(writer), std::move(call), chat, {});
   }
   if (multimodal_ == nullptr) {
@@ -289,16 +323,68 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
                             "messages"));
   }
   // Fetching (file://, http://), decoding and preprocessing may take a while: off the I/O
-  // thread. A bad image is refused before anything is rendered or queued.
+  // thread. A bad image is refused before anything is rendered or queued. Pulled embeddings
+  // are in place before the request reaches the engine.
   auto shared_request = std::make_shared<Request>(std::move(request));
-  media_workers_->post([this, shared_request, writer, call, chat] {
+  media_workers_->post([this, shared_request, writer, call, chat, ec_items = std::move(ec_items)] {
+    auto prepared = multimodal_->prepare(call->request.images);
+    if (!prepared.is_ok()) {
+      if (!ec_items.empty()) {
+        ec_puller_->release(ec_items);
+      }
+      send_json(*writer, 400,
+                dump_json(error_json(bad_request(prepared.status().message(), "messages"))));
+      return;
+    }
+    if (!ec_items.empty()) {
+      Status pulled = ec_puller_->pull(*prepared, ec_items);
+      if (!pulled.is_ok()) {
+        const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
+        send_json(
+            *writer, timed_out ? 504 : 502,
+            dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
+                                            timed_out ? "timeout_error" : "upstream_error"))));
+        return;
+      }
+    }
+    start_generation(*shared_request, writer, call, chat, std::move(prepared).value());
+  });
+}
+
+void OpenAiServer::handle_encode(const Request& request, std::shared_ptr<ResponseWriter> writer,
+                                 std::shared_ptr<Call> call, bool chat) {
+  if (!chat) {
+    return send_json(
+        *writer, 400,
+        dump_json(error_json(bad_request(
+            "this server is an image encoder (--role encode): it takes /v1/chat/completions "
+            "requests with images and answers their ec_transfer_params; send completions to a "
+            "prefill or colocated server"))));
+  }
+  if (call->request.images.empty()) {
+    return send_json(*writer, 400,
+                     dump_json(error_json(bad_request(
+                         "this server is an image encoder (--role encode) and generates no "
+                         "text, but the request has no images; send text-only requests to a "
+                         "prefill or colocated server",
+                         "messages"))));
+  }
+  std::string x_request_id = request.header("x-request-id");
+  media_workers_->post([this, writer, call, x_request_id] {
     auto prepared = multimodal_->prepare(call->request.images);
     if (!prepared.is_ok()) {
       send_json(*writer, 400,
                 dump_json(error_json(bad_request(prepared.status().message(), "messages"))));
       return;
     }
-    start_generation(*shared_request, writer, call, chat, std::move(prepared).value());
+    const std::string id = "chatcmpl-" + (x_request_id.empty() ? random_uuid() : x_request_id);
+    EncodeHandler::Reply reply =
+        encoder_->encode(*prepared, id, options_.served_model_name, call->created);
+    Headers headers;
+    if (!x_request_id.empty()) {
+      headers["X-Request-Id"] = x_request_id;
+    }
+    send_json(*writer, reply.http_status, dump_json(reply.body), std::move(headers));
   });
 }
 

@@ -15,6 +15,8 @@
 #include "core/status.h"
 #include "core/task_queue.h"
 #include "net/http/http_server.h"
+#include "server/ec_pull.h"
+#include "server/encode_handler.h"
 #include "server/engine_client.h"
 #include "server/metrics.h"
 #include "server/multimodal_processor.h"
@@ -41,6 +43,14 @@ class OpenAiServer {
   // Vision-language models: how image parts become engine inputs. Call before set_engine();
   // without it, requests with images are refused with a 400.
   void set_multimodal(std::shared_ptr<const MultimodalProcessor> multimodal);
+  // EPD, prefill side: requests that carry ec_transfer_params get their images' embeddings
+  // pulled from encoder workers. Call before set_engine(); without it the field is ignored
+  // (a decode server, or a text-only model).
+  void set_ec_puller(std::unique_ptr<EcImagePuller> puller);
+  // EPD, `--role encode`: makes the server ready as an encoder, with no engine. Chat requests
+  // with images are encoded into the EC producer's pool and answered with ec_transfer_params;
+  // anything else is a 400. Call after set_multimodal(), instead of set_engine().
+  void set_encoder(std::unique_ptr<EncodeHandler> encoder);
   // Makes the server ready; engine must outlive the server (or the next set_engine(nullptr)).
   void set_engine(EngineClient* engine);
   int port() const;
@@ -64,6 +74,10 @@ class OpenAiServer {
   void start_generation(const net::http::Request& request,
                         std::shared_ptr<net::http::ResponseWriter> writer,
                         std::shared_ptr<Call> call, bool chat, std::vector<PreparedImage> images);
+  // --role encode: the whole answer to a generation request.
+  void handle_encode(const net::http::Request& request,
+                     std::shared_ptr<net::http::ResponseWriter> writer, std::shared_ptr<Call> call,
+                     bool chat);
   void on_output(const std::shared_ptr<Call>& call, const GenerationOutput& output);
   void send_json(net::http::ResponseWriter& writer, int status, const std::string& body,
                  net::http::Headers headers = {});
@@ -73,6 +87,10 @@ class OpenAiServer {
   std::atomic<EngineClient*> engine_{nullptr};
   // Written once before engine_ is set; read only after engine_ was seen non-null.
   std::shared_ptr<const MultimodalProcessor> multimodal_;
+  // Written once before the server is ready (set_ec_puller / set_encoder).
+  std::unique_ptr<EcImagePuller> ec_puller_;
+  std::unique_ptr<EncodeHandler> encoder_;
+  std::atomic<bool> is_encoder_ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> num_in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};
