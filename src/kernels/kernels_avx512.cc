@@ -314,6 +314,22 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+float exp_sum(float* x, int64_t n, float scale, float shift) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 vshift = _mm512_set1_ps(shift);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
+    const __m512 v = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + i), vscale, vshift);
+    // Lanes below exp_ps's clamp (masked -inf scores among them) give 0, not 1.2e-38.
+    const __mmask16 live = _mm512_mask_cmp_ps_mask(m, v, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+    const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(v));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 double peak_fma_flops(int64_t num_iters) {
   constexpr int kChains = 12;
   __m512 acc[kChains];
@@ -346,6 +362,7 @@ void fill_avx512(KernelTable* t) {
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;
   t->silu_mul = silu_mul;
+  t->exp_sum = exp_sum;
   t->peak_fma_flops = peak_fma_flops;
 }
 

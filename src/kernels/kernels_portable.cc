@@ -129,6 +129,15 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+float exp_sum(float* x, int64_t n, float scale, float shift) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] * scale - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
 double peak_fma_flops(int64_t num_iters) {
   // Eight independent chains the compiler may vectorise only as far as the baseline ISA allows.
   float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -156,6 +165,7 @@ void fill_portable(KernelTable* t) {
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;
   t->silu_mul = silu_mul;
+  t->exp_sum = exp_sum;
   t->peak_fma_flops = peak_fma_flops;
   t->peak_bf16_flops = nullptr;
 }

@@ -151,6 +151,21 @@ void softmax(float* x, int64_t n) {
     x[i] *= inv;
 }
 
+void softmax_scaled(float* x, int64_t n, float scale) {
+  if (n <= 0)
+    return;
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i)
+    m = std::max(m, x[i]);
+  if (m == -std::numeric_limits<float>::infinity()) {
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = 1.0f / static_cast<float>(n);
+    return;
+  }
+  const float sum = internal::active_table().exp_sum(x, n, scale, m * scale);
+  internal::active_table().scale(1.0f / sum, x, n);
+}
+
 float log_sum_exp(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i)

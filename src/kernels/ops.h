@@ -64,6 +64,9 @@ void rope_multi(float* x, const int32_t* positions3, int64_t num_tokens, int num
 int64_t argmax(const float* x, int64_t n);
 // In place, numerically stable (subtracts the max first).
 void softmax(float* x, int64_t n);
+// softmax(x * scale) in place (scale > 0), with the ISA's vector exp (~1 ulp): the attention
+// of the vision towers, whose rows are thousands long.
+void softmax_scaled(float* x, int64_t n, float scale);
 // log(sum(exp(x))), stable; -inf when every x is -inf.
 float log_sum_exp(const float* x, int64_t n);
 

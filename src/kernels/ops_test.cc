@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <random>
 
 #include "kernels/test_util.h"
 
@@ -174,6 +175,38 @@ TEST(RopeTest, Llama3FrequencyScaling) {
   EXPECT_GT(num_high, 0);
   EXPECT_GT(num_low, 0);
   EXPECT_GT(num_medium, 0);
+}
+
+TEST(SoftmaxScaledTest, EveryIsaMatchesDoubleReference) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 30.0f);
+  for (int64_t n : {1, 5, 16, 17, 100, 4784}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x)
+      v = d(rng);
+    const float scale = 0.11f;
+    double max_scaled = -1e300;
+    for (float v : x)
+      max_scaled = std::max(max_scaled, static_cast<double>(v) * scale);
+    std::vector<double> want(x.size());
+    double sum = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      sum += want[i] = std::exp(static_cast<double>(x[i]) * scale - max_scaled);
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> got = x;
+      softmax_scaled(got.data(), n, scale);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i] / sum, 1e-5 * want[i] / sum + 1e-12)
+            << isa_name(isa) << " n " << n << " i " << i;
+      }
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> masked = {-inf, 0, -inf};
+  softmax_scaled(masked.data(), 3, 0.5f);
+  EXPECT_EQ(masked[0], 0);
+  EXPECT_EQ(masked[1], 1);
 }
 
 TEST(SamplingTest, ArgmaxSoftmaxLogSumExp) {

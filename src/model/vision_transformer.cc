@@ -374,11 +374,7 @@ void VisionTransformer::attention(const std::vector<Segment>& segments, int64_t 
     ThreadPool inline_pool(1);
     kernels::matmul(q, rows, keys[static_cast<size_t>(task.pair)], nullptr, scores, inline_pool);
     for (int64_t r = 0; r < rows; ++r) {
-      float* p = scores + r * len;
-      for (int64_t j = 0; j < len; ++j) {
-        p[j] *= scale;
-      }
-      kernels::softmax(p, len);
+      kernels::softmax_scaled(scores + r * len, len, scale);
     }
     kernels::matmul(scores, rows, values_t[static_cast<size_t>(task.pair)], nullptr, out,
                     inline_pool);
