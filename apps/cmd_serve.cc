@@ -164,9 +164,6 @@ int run_serve(const std::vector<std::string>& args) {
       d->render_metrics(name, out);
     }
   };
-  // The server's views of the EC connector; they outlive the server's media threads.
-  std::unique_ptr<server::EcPublisher> ec_publisher;
-  std::unique_ptr<server::EcFetcher> ec_fetcher;
   auto server_or = server::OpenAiServer::start(options);
   if (!server_or.is_ok()) {
     std::fprintf(stderr, "error: %s\n", server_or.status().to_string().c_str());
@@ -189,24 +186,19 @@ int run_serve(const std::vector<std::string>& args) {
     return 2;
   }
   server->set_multimodal(*processor);
-  if (disagg::EcConsumer* consumer = deployment->ec_consumer()) {
+  if (server::EcFetcher* fetcher = deployment->ec_fetcher()) {
     const engine::LoadedEngine& loaded = deployment->loaded();
-    ec_fetcher = make_ec_fetcher(consumer, ec.transfer_timeout());
     server::EcPullOptions pull;
     pull.fallback_local = ec.ec_fallback_local && loaded.is_multimodal();
     pull.hidden_size = loaded.config.vision->out_hidden_size;
-    server->set_ec_puller(std::make_unique<server::EcImagePuller>(ec_fetcher.get(), pull));
+    server->set_ec_puller(std::make_unique<server::EcImagePuller>(fetcher, pull));
   }
   server::EngineClient* client = deployment->client();
   deployment_for_metrics.store(deployment.get());
   signal_watcher->set_ready();
   if (deployment->role() == ServeRole::kEncode) {
-    // Publishing waits for pool space up to --ec-full-pool-wait-s, and for another request
-    // encoding the same image.
-    ec_publisher = make_ec_publisher(deployment->ec_producer(),
-                                     ec.full_pool_wait() + std::chrono::seconds(60));
     server->set_encoder(
-        std::make_unique<server::EncodeHandler>(deployment->encoder(), ec_publisher.get()));
+        std::make_unique<server::EncodeHandler>(deployment->encoder(), deployment->ec_publisher()));
   } else {
     server->set_engine(client);
   }

@@ -45,9 +45,11 @@ Result<std::vector<disagg::EcTensorRef>> refs_of(std::span<const server::EcItem>
   return disagg::parse_ec_transfer_params(nlohmann::json{{"items", std::move(wire)}});
 }
 
+// Producer is EcProducer or EcDiskProducer: the same publish/release.
+template <typename Producer>
 class ProducerPublisher : public server::EcPublisher {
  public:
-  ProducerPublisher(disagg::EcProducer* producer, std::chrono::milliseconds deadline)
+  ProducerPublisher(Producer* producer, std::chrono::milliseconds deadline)
       : producer_(producer), deadline_(deadline) {}
   Result<server::EcItem> publish(const std::string& mm_hash, int64_t num_tokens,
                                  int64_t hidden_size,
@@ -69,20 +71,30 @@ class ProducerPublisher : public server::EcPublisher {
   }
 
  private:
-  disagg::EcProducer* producer_;
+  Producer* producer_;
   std::chrono::milliseconds deadline_;
 };
 
+// Consumer is EcConsumer (transfer) or EcDiskConsumer (disk): the same fetch/release.
+template <typename Consumer>
 class ConsumerFetcher : public server::EcFetcher {
  public:
-  ConsumerFetcher(disagg::EcConsumer* consumer, std::chrono::milliseconds deadline)
-      : consumer_(consumer), deadline_(deadline) {}
+  ConsumerFetcher(Consumer* consumer, std::chrono::milliseconds deadline, bool is_disk)
+      : consumer_(consumer), deadline_(deadline), is_disk_(is_disk) {}
   Result<std::vector<server::EcItem>> parse(const nlohmann::json& params) const override {
     ASSIGN_OR_RETURN(std::vector<disagg::EcTensorRef> refs,
                      disagg::parse_ec_transfer_params(params));
     std::vector<server::EcItem> items;
     items.reserve(refs.size());
     for (size_t i = 0; i < refs.size(); ++i) {
+      if (disagg::is_disk_ref(refs[i]) != is_disk_) {
+        return invalid_argument("ec_transfer_params.items[" + std::to_string(i) +
+                                "].worker_addr: " + refs[i].worker_addr + " is " +
+                                (is_disk_ ? "an encoder's EC listener (--ec-connector transfer)"
+                                          : "an encoder's directory (--ec-connector disk)") +
+                                ", and this server uses --ec-connector " +
+                                (is_disk_ ? "disk" : "transfer"));
+      }
       server::EcItem item = to_item(refs[i]);
       item.wire = params.at("items").at(i);  // as sent: it parsed
       items.push_back(std::move(item));
@@ -102,8 +114,9 @@ class ConsumerFetcher : public server::EcFetcher {
   }
 
  private:
-  disagg::EcConsumer* consumer_;
+  Consumer* consumer_;
   std::chrono::milliseconds deadline_;
+  bool is_disk_;
 };
 
 }  // namespace
@@ -117,7 +130,8 @@ void EcFlags::add_to(FlagParser& flags) {
             "how image embeddings move from encoder to prefill workers: shm, tcp, ucx");
   flags.add("ec-pool-size", &ec_pool_size,
             "encoder: bytes of the tensor pool holding encoded images until prefill workers pull "
-            "them (suffixes KiB, MiB, GiB)");
+            "them (suffixes KiB, MiB, GiB); with --ec-connector disk, the bytes its files may "
+            "take in --ec-path");
   flags.add("ec-reservation-timeout-s", &ec_reservation_timeout_s,
             "encoder: seconds an encoded image stays reserved for its prefill worker before the "
             "pool takes it back");
@@ -127,6 +141,13 @@ void EcFlags::add_to(FlagParser& flags) {
   flags.add("ec-transfer-timeout-s", &ec_transfer_timeout_s,
             "prefill: seconds a request may spend pulling its images' embeddings");
   flags.add("ec-port", &ec_port, "encoder: port of the EC control listener (0: any free port)");
+  flags.add("ec-connector", &ec_connector,
+            "how encoder outputs reach prefill workers: transfer (the encoder's tensor pool, "
+            "pulled through the transfer engine) or disk (safetensors files named by mm_hash in "
+            "--ec-path, a directory both see; --ec-pool-size bounds its bytes)");
+  flags.add("ec-path", &ec_path,
+            "--ec-connector disk: the directory of encoder outputs (the encoder writes, prefill "
+            "workers read)");
   flags.add("ec-fallback-local", &ec_fallback_local,
             "prefill: encode an image here when its pull fails (the default when the vision "
             "tower is loaded; --no-ec-fallback-local answers 502 instead)");
@@ -175,6 +196,22 @@ Status EcFlags::validate(const std::string& serve_role) {
   }
   if (ec_port < 0 || ec_port > 65535) {
     return invalid_argument("--ec-port must be 0..65535");
+  }
+  if (ec_connector == "transfer") {
+    parsed_connector = EcConnectorKind::kTransfer;
+    if (!ec_path.empty()) {
+      return invalid_argument("--ec-path is for --ec-connector disk");
+    }
+  } else if (ec_connector == "disk") {
+    parsed_connector = EcConnectorKind::kDisk;
+    // A decode server never touches encoder outputs; every other role may.
+    if (ec_path.empty() && serve_role != "decode") {
+      return invalid_argument(
+          "--ec-connector disk needs --ec-path DIR (the directory the "
+          "encoder writes and prefill workers read)");
+    }
+  } else {
+    return invalid_argument("--ec-connector must be transfer or disk, got '" + ec_connector + "'");
   }
   return Status::ok();
 }
@@ -251,12 +288,24 @@ disagg::EcCompat ec_compat(const engine::LoadedEngine& loaded) {
 
 std::unique_ptr<server::EcPublisher> make_ec_publisher(disagg::EcProducer* producer,
                                                        std::chrono::milliseconds deadline) {
-  return std::make_unique<ProducerPublisher>(producer, deadline);
+  return std::make_unique<ProducerPublisher<disagg::EcProducer>>(producer, deadline);
 }
 
 std::unique_ptr<server::EcFetcher> make_ec_fetcher(disagg::EcConsumer* consumer,
                                                    std::chrono::milliseconds deadline) {
-  return std::make_unique<ConsumerFetcher>(consumer, deadline);
+  return std::make_unique<ConsumerFetcher<disagg::EcConsumer>>(consumer, deadline,
+                                                               /*is_disk=*/false);
+}
+
+std::unique_ptr<server::EcPublisher> make_ec_publisher(disagg::EcDiskProducer* producer,
+                                                       std::chrono::milliseconds deadline) {
+  return std::make_unique<ProducerPublisher<disagg::EcDiskProducer>>(producer, deadline);
+}
+
+std::unique_ptr<server::EcFetcher> make_ec_fetcher(disagg::EcDiskConsumer* consumer,
+                                                   std::chrono::milliseconds deadline) {
+  return std::make_unique<ConsumerFetcher<disagg::EcDiskConsumer>>(consumer, deadline,
+                                                                   /*is_disk=*/true);
 }
 
 }  // namespace crescent::apps

@@ -25,7 +25,9 @@ void DisaggFlags::add_to(FlagParser& flags) {
             "prefill: port of the bootstrap server that rank 0 hosts (0: any free port)");
   flags.add("bootstrap-addr", &bootstrap_addr,
             "prefill: register with this external bootstrap server (http://HOST:PORT, e.g. "
-            "`crescent bootstrap`) instead of hosting one");
+            "`crescent bootstrap`) instead of hosting one; encode: register the EC listener "
+            "there (role encode) and name it in ec_transfer_params, so that prefill workers "
+            "resolve this encoder through it");
   flags.add("data-parallel-size", &data_parallel_size,
             "engine ranks in this process, each with its own model copy, KV cache and engine "
             "id; requests pick one with the X-data-parallel-rank header");
@@ -158,12 +160,29 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
     if (!loaded.takes_images()) {
       return invalid_argument("--ec-role consumer needs a vision-language model");
     }
-    disagg::EcConsumerOptions options;
-    options.transport = ec.parsed_transport;
-    options.timeout = ec.transfer_timeout();
-    options.compat = ec_compat(loaded);
-    options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
-    ASSIGN_OR_RETURN(d->ec_consumer_, disagg::EcConsumer::create(std::move(options)));
+    if (ec.parsed_connector == EcConnectorKind::kDisk) {
+      disagg::EcDiskConsumerOptions options;
+      options.dir = ec.ec_path;
+      options.compat = ec_compat(loaded);
+      ASSIGN_OR_RETURN(d->ec_disk_consumer_, disagg::EcDiskConsumer::create(std::move(options)));
+      d->ec_fetcher_ = make_ec_fetcher(d->ec_disk_consumer_.get(), ec.transfer_timeout());
+    } else {
+      disagg::EcConsumerOptions options;
+      options.transport = ec.parsed_transport;
+      options.timeout = ec.transfer_timeout();
+      options.compat = ec_compat(loaded);
+      options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
+      if (!d->resolver_) {
+        d->resolver_ = std::make_shared<bootstrap::EngineResolver>();
+      }
+      // Items that name a bootstrap server find their encoder through it (cached per engine).
+      options.resolve = [resolver = d->resolver_](const std::string& url,
+                                                  const std::string& engine_id, Deadline deadline) {
+        return resolver->resolve_encoder(url, engine_id, deadline);
+      };
+      ASSIGN_OR_RETURN(d->ec_consumer_, disagg::EcConsumer::create(std::move(options)));
+      d->ec_fetcher_ = make_ec_fetcher(d->ec_consumer_.get(), ec.transfer_timeout());
+    }
   }
 
   if (d->role_ == ServeRole::kPrefill) {
@@ -247,8 +266,26 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
                                       const EcFlags& ec, const std::string& host) {
   ASSIGN_OR_RETURN(encoder_loaded_, model_flags.load(ThreadPool::default_pool(), {},
                                                      engine::ModelParts::kVisionTowerOnly));
+  const std::string engine_id = "encode-" + random_uuid();
+  // Publishing waits for pool space up to --ec-full-pool-wait-s, and for another request
+  // encoding the same image.
+  const std::chrono::milliseconds publish_deadline = ec.full_pool_wait() + std::chrono::seconds(60);
+  if (ec.parsed_connector == EcConnectorKind::kDisk) {
+    disagg::EcDiskProducerOptions options;
+    options.engine_id = engine_id;
+    options.dir = ec.ec_path;
+    options.max_bytes = ec.parsed_pool_bytes;
+    options.reservation_timeout = ec.reservation_timeout();
+    options.full_pool_wait = ec.full_pool_wait();
+    options.compat = ec_compat(*encoder_loaded_);
+    options.bootstrap_addr = disagg.bootstrap_addr;
+    ASSIGN_OR_RETURN(ec_disk_producer_, disagg::EcDiskProducer::create(std::move(options)));
+    ec_publisher_ = make_ec_publisher(ec_disk_producer_.get(), publish_deadline);
+    // No registration: a disk encoder has no listener, its items name the directory.
+    return Status::ok();
+  }
   disagg::EcProducerOptions options;
-  options.engine_id = "encode-" + random_uuid();
+  options.engine_id = engine_id;
   options.transport = ec.parsed_transport;
   options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
   options.listen_port = ec.ec_port;
@@ -258,6 +295,22 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
   options.compat = ec_compat(*encoder_loaded_);
   options.bootstrap_addr = disagg.bootstrap_addr;
   ASSIGN_OR_RETURN(ec_producer_, disagg::EcProducer::create(std::move(options)));
+  ec_publisher_ = make_ec_publisher(ec_producer_.get(), publish_deadline);
+  if (!disagg.bootstrap_addr.empty()) {
+    // Registered apart from the dp ranks (role "encode"): prefill workers resolve the
+    // engine_id of an item that names this bootstrap server to this listener.
+    bootstrap::WorkerRegistration reg;
+    reg.engine_id = engine_id;
+    reg.addr = ec_producer_->worker_addr();
+    reg.role = std::string(bootstrap::kEncodeRole);
+    Status s =
+        bootstrap::register_with_retry(disagg.bootstrap_addr, reg, Deadline::after_ms(60'000));
+    if (!s.is_ok()) {
+      return Status(s.code(), "the encoder cannot register with the bootstrap server " +
+                                  disagg.bootstrap_addr + ": " + s.message());
+    }
+    bootstrap_url_ = disagg.bootstrap_addr;
+  }
   return Status::ok();
 }
 
@@ -290,6 +343,12 @@ void ServeDeployment::render_metrics(const std::string& model_name, std::string*
   if (ec_consumer_) {
     *out += ec_consumer_->render_metrics(model_name);
   }
+  if (ec_disk_producer_) {
+    *out += ec_disk_producer_->render_metrics(model_name);
+  }
+  if (ec_disk_consumer_) {
+    *out += ec_disk_consumer_->render_metrics(model_name);
+  }
   if (loaded().takes_images()) {
     prometheus::append_header(out, "crescent_vision_tower_loaded", "gauge",
                               "1 when this process loaded the vision tower (it can encode "
@@ -311,8 +370,17 @@ std::string ServeDeployment::describe() const {
                ? "  vision tower loaded\n"
                : "  vision tower not loaded (--role decode: images' KV comes from prefill)\n";
   }
+  if (ec_disk_producer_) {
+    out += "  encoder: engine_id " + ec_disk_producer_->engine_id() + ", ec directory " +
+           ec_disk_producer_->dir() + " (--ec-connector disk)\n";
+  }
   if (ec_consumer_) {
     out += "  ec consumer: pulls image embeddings named by ec_transfer_params\n";
+  }
+  if (ec_disk_consumer_) {
+    out +=
+        "  ec consumer: reads image embeddings named by ec_transfer_params from the ec "
+        "directory (--ec-connector disk)\n";
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (ranks_[r].connector) {

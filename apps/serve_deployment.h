@@ -62,10 +62,17 @@ class ServeDeployment {
   }
   // --role encode: the tower's runner and the pool it publishes into; null otherwise.
   engine::EncoderRunner* encoder() const;
+  // --ec-connector transfer (null with disk).
   disagg::EcProducer* ec_producer() const { return ec_producer_.get(); }
-  // --role prefill|both of a VL model (unless another --ec-role): pulls of encoder outputs.
+  // --role prefill|both of a VL model (unless another --ec-role): pulls of encoder outputs
+  // (--ec-connector transfer; null with disk).
   disagg::EcConsumer* ec_consumer() const { return ec_consumer_.get(); }
-  // The bootstrap this deployment registers with (prefill); empty otherwise.
+  // The server's views of whichever connector --ec-connector picked: the publisher of
+  // --role encode, the fetcher of an EC consumer; null otherwise. Owned by the deployment.
+  server::EcPublisher* ec_publisher() const { return ec_publisher_.get(); }
+  server::EcFetcher* ec_fetcher() const { return ec_fetcher_.get(); }
+  // The bootstrap this deployment registers with (prefill; an encoder given --bootstrap-addr);
+  // empty otherwise.
   const std::string& bootstrap_url() const { return bootstrap_url_; }
   // Appends the connectors' crescent_kv_transfer_* and crescent_ec_* families, and whether
   // this process loaded a vision tower (VL models).
@@ -100,6 +107,10 @@ class ServeDeployment {
   std::unique_ptr<engine::LoadedEngine> encoder_loaded_;  // --role encode
   std::unique_ptr<disagg::EcProducer> ec_producer_;
   std::unique_ptr<disagg::EcConsumer> ec_consumer_;
+  std::unique_ptr<disagg::EcDiskProducer> ec_disk_producer_;  // --ec-connector disk
+  std::unique_ptr<disagg::EcDiskConsumer> ec_disk_consumer_;
+  std::unique_ptr<server::EcPublisher> ec_publisher_;
+  std::unique_ptr<server::EcFetcher> ec_fetcher_;
   bool is_shut_down_ = false;
 };
 

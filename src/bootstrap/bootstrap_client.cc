@@ -83,6 +83,19 @@ Result<QueryResult> query(const std::string& url, Deadline deadline) {
   return parsed;
 }
 
+Result<EncoderTable> query_encoders(const std::string& url, Deadline deadline) {
+  const std::string what = "bootstrap GET " + url + "/query?role=encode";
+  ASSIGN_OR_RETURN(auto response, call(url, "GET", "/query?role=encode", "", deadline));
+  if (response.status != 200) {
+    return status_of(response, what);
+  }
+  auto parsed = parse_encoders_json(response.body);
+  if (!parsed.is_ok()) {
+    return parsed.status().with_context(what);
+  }
+  return parsed;
+}
+
 Status register_with_retry(const std::string& url, const WorkerRegistration& registration,
                            Deadline deadline) {
   RETURN_IF_ERROR(parse_http_url(url));
@@ -90,9 +103,11 @@ Status register_with_retry(const std::string& url, const WorkerRegistration& reg
   int num_attempts = 0;
   Status last;
   auto gave_up = [&] {
-    return deadline_exceeded("registering engine '" + registration.engine_id + "' dp " +
-                             std::to_string(registration.dp_rank) + " with " + url +
-                             " failed after " + std::to_string(num_attempts) +
+    return deadline_exceeded("registering engine '" + registration.engine_id + "' " +
+                             (registration.role.empty()
+                                  ? "dp " + std::to_string(registration.dp_rank)
+                                  : "(role " + registration.role + ")") +
+                             " with " + url + " failed after " + std::to_string(num_attempts) +
                              " attempt(s); last: " + last.to_string());
   };
   while (true) {

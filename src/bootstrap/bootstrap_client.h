@@ -1,7 +1,8 @@
 #pragma once
 // Blocking client of the bootstrap server (bootstrap_server.h), for worker threads: register a
-// worker's transfer address, query the whole table, and resolve an engine id to the address
-// of its tp 0 / pp 0 worker with a cache shared by all threads (EngineResolver).
+// worker's transfer address (or an encoder's EC listener, role "encode"), query the whole
+// table, and resolve an engine id to the address of its tp 0 / pp 0 worker (or of an encoder)
+// with a cache shared by all threads (EngineResolver).
 
 #include <cstdint>
 #include <map>
@@ -15,19 +16,25 @@
 
 namespace crescent::bootstrap {
 
+inline constexpr std::string_view kEncodeRole = "encode";
+
 struct WorkerRegistration {
   std::string engine_id;
   int dp_rank = 0;
   int tp_rank = 0;
   int pp_rank = 0;
   std::string addr;  // "tcp://host:port"
+  // "": a dp rank's worker (vLLM's registration, no "role" on the wire). "encode": an EPD
+  // encoder's EC control listener, kept apart from the dp ranks (its ranks are ignored).
+  std::string role = {};
 };
 
 struct DpEntry {
   std::string engine_id;
   std::map<int, std::map<int, std::string>> worker_addr;  // tp -> pp -> "tcp://host:port"
 };
-using QueryResult = std::map<int, DpEntry>;  // dp rank -> entry
+using QueryResult = std::map<int, DpEntry>;               // dp rank -> entry
+using EncoderTable = std::map<std::string, std::string>;  // engine id -> "tcp://host:port"
 
 // "tcp://host:port" -> {host, port}. InvalidArgument (naming the input) otherwise.
 Result<std::pair<std::string, int>> parse_tcp_addr(std::string_view addr);
@@ -44,6 +51,8 @@ Status register_worker(const std::string& url, const WorkerRegistration& registr
 // The whole table. Unavailable on 503 (not every dp rank registered yet; the message lists
 // the missing ones) or when unreachable; DataLoss when the answer is not the documented shape.
 Result<QueryResult> query(const std::string& url, Deadline deadline);
+// GET /query?role=encode: every registered encoder (possibly none; never 503).
+Result<EncoderTable> query_encoders(const std::string& url, Deadline deadline);
 
 // Retries register_worker with exponential backoff (100 ms doubling to 2 s; each attempt at
 // most 5 s) while it fails with Unavailable or DeadlineExceeded, until OK, any other failure
@@ -67,8 +76,13 @@ class EngineResolver {
   // Unavailable when it is unreachable or not ready; DeadlineExceeded past the deadline.
   Result<std::string> resolve(const std::string& url, const std::string& engine_id,
                               Deadline deadline);
+  // The same for an encoder (registered with role "encode"), through GET /query?role=encode;
+  // cached apart from the dp ranks' answers.
+  Result<std::string> resolve_encoder(const std::string& url, const std::string& engine_id,
+                                      Deadline deadline);
   // Drops a cached answer (e.g. after the peer turned out dead); the next resolve() queries.
   void invalidate(const std::string& url, const std::string& engine_id);
+  void invalidate_encoder(const std::string& url, const std::string& engine_id);
   // Queries actually sent (for tests).
   int64_t num_queries() const;
 

@@ -19,7 +19,7 @@ struct BootstrapServer::Impl {
 
   void handle(net::http::Request request, const std::shared_ptr<net::http::ResponseWriter>& w);
   void handle_register(const net::http::Request& request, net::http::ResponseWriter& w);
-  void handle_query(net::http::ResponseWriter& w);
+  void handle_query(const net::http::Request& request, net::http::ResponseWriter& w);
 
   BootstrapServerOptions options;
   WorkerRegistry registry;
@@ -46,6 +46,29 @@ std::string_view method_of(std::string_view path) {
   return "";
 }
 
+// The value of `name` in the target's query string ("/query?role=encode"); "" when absent.
+// No percent-decoding: the values this server knows are plain words.
+std::string query_param(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) {
+    return "";
+  }
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) {
+      break;
+    }
+    rest = rest.substr(amp + 1);
+  }
+  return "";
+}
+
 }  // namespace
 
 void BootstrapServer::Impl::handle(net::http::Request request,
@@ -66,7 +89,7 @@ void BootstrapServer::Impl::handle(net::http::Request request,
   if (request.path == "/register") {
     handle_register(request, *w);
   } else if (request.path == "/query") {
-    handle_query(*w);
+    handle_query(request, *w);
   } else {
     w->send(200, kJson, R"({"status":"ok"})");
   }
@@ -93,12 +116,29 @@ void BootstrapServer::Impl::handle_register(const net::http::Request& request,
         "invalid_request_error", conflict ? "registration_conflict" : "invalid_registration");
     return;
   }
-  CRESCENT_LOG(kInfo) << "bootstrap: registered engine '" << r.engine_id << "' dp " << r.dp_rank
-                      << " tp " << r.tp_rank << " pp " << r.pp_rank << " at " << r.addr;
+  if (r.role == kEncodeRole) {
+    CRESCENT_LOG(kInfo) << "bootstrap: registered encoder '" << r.engine_id << "' at " << r.addr;
+  } else {
+    CRESCENT_LOG(kInfo) << "bootstrap: registered engine '" << r.engine_id << "' dp " << r.dp_rank
+                        << " tp " << r.tp_rank << " pp " << r.pp_rank << " at " << r.addr;
+  }
   w.send(200, kJson, R"({"status":"ok"})");
 }
 
-void BootstrapServer::Impl::handle_query(net::http::ResponseWriter& w) {
+void BootstrapServer::Impl::handle_query(const net::http::Request& request,
+                                         net::http::ResponseWriter& w) {
+  const std::string role = query_param(request.target, "role");
+  if (role == kEncodeRole) {
+    w.send(200, kJson, encoders_json(registry.encoders()));
+    return;
+  }
+  if (!role.empty()) {
+    send_error(w, 400,
+               "unknown role '" + role.substr(0, 64) +
+                   "' in /query (omit it for the dp ranks, or role=encode for the encoders)",
+               "invalid_request_error", "invalid_role");
+    return;
+  }
   auto table = registry.snapshot();
   if (!table.is_ok()) {
     send_error(w, 503, table.status().message(), "service_unavailable", "not_ready",

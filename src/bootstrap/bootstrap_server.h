@@ -5,6 +5,13 @@
 //   POST /register {"engine_id","dp_rank","tp_rank","pp_rank","addr"} -> 200 {"status":"ok"}
 //   GET  /query  -> 200 {"<dp>": {"engine_id", "worker_addr": {"<tp>": {"<pp>": addr}}}},
 //                   503 until every expected dp rank has registered
+// and crescent's EPD extension, which vLLM's clients never see:
+//   POST /register {"engine_id", "addr", "role": "encode"} (ranks optional and ignored): an
+//                   encoder's EC control listener, kept apart from the dp ranks (it neither
+//                   takes one nor counts toward expected_dp_ranks; an engine id is one or the
+//                   other); any other "role" is 400
+//   GET  /query?role=encode -> 200 {"<engine_id>": {"role": "encode", "worker_addr": addr}}
+//                   with whatever encoders registered (never 503); another role is 400
 //   GET  /health -> 200 while the process serves HTTP (not a readiness signal: use /query)
 // Registrations live in memory only. Thread-safe; stop() (or destruction) closes everything.
 

@@ -278,5 +278,54 @@ TEST(BootstrapClient, RetryGivesUpAtTheDeadline) {
   EXPECT_LT(elapsed, std::chrono::milliseconds(1500));
 }
 
+TEST_F(BootstrapServerTest, EncodersRegisterWithARoleAndAreQueriedApart) {
+  start(1);
+  // An encoder registers with "role": "encode" and no ranks.
+  auto r = call(
+      "POST", "/register",
+      json{{"engine_id", "encode-a"}, {"addr", "tcp://127.0.0.1:7500"}, {"role", "encode"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  // /query stays vLLM's: 503 until dp rank 0 registers, and never lists encoders.
+  EXPECT_EQ(call("GET", "/query").status, 503);
+  ASSERT_EQ(
+      call("POST", "/register", reg_body("prefill-a", 0, 0, 0, "tcp://127.0.0.1:7000")).status,
+      200);
+  auto q = call("GET", "/query");
+  ASSERT_EQ(q.status, 200) << q.body;
+  EXPECT_EQ(
+      json::parse(q.body),
+      json::parse(
+          R"({"0":{"engine_id":"prefill-a","worker_addr":{"0":{"0":"tcp://127.0.0.1:7000"}}}})"));
+  auto e = call("GET", "/query?role=encode");
+  ASSERT_EQ(e.status, 200) << e.body;
+  EXPECT_EQ(json::parse(e.body),
+            json::parse(R"({"encode-a":{"role":"encode","worker_addr":"tcp://127.0.0.1:7500"}})"));
+  // Unknown roles are refused, on both endpoints.
+  auto bad =
+      call("POST", "/register",
+           json{{"engine_id", "x"}, {"addr", "tcp://127.0.0.1:7600"}, {"role", "decode"}}.dump());
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(message_of(bad).find("role"), std::string::npos) << bad.body;
+  EXPECT_EQ(call("GET", "/query?role=decode").status, 400);
+
+  // The client functions.
+  WorkerRegistration second;
+  second.engine_id = "encode-b";
+  second.addr = "tcp://127.0.0.1:7501";
+  second.role = std::string(kEncodeRole);
+  ASSERT_TRUE(register_with_retry(server_->url(), second, soon()).is_ok());
+  auto encoders = query_encoders(server_->url(), soon());
+  ASSERT_TRUE(encoders.is_ok()) << encoders.status().to_string();
+  EXPECT_EQ(*encoders, (EncoderTable{{"encode-a", "tcp://127.0.0.1:7500"},
+                                     {"encode-b", "tcp://127.0.0.1:7501"}}));
+  second.addr = "tcp://127.0.0.1:7502";
+  EXPECT_EQ(register_worker(server_->url(), second, soon()).code(), StatusCode::kAlreadyExists);
+}
+
+TEST_F(BootstrapServerTest, EncodersAreListedBeforeAnyDpRank) {
+  start(2);
+  EXPECT_EQ(json::parse(call("GET", "/query?role=encode").body), json::object());
+}
+
 }  // namespace
 }  // namespace crescent::bootstrap

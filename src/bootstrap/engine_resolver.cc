@@ -8,13 +8,14 @@
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "bootstrap/bootstrap_client.h"
 
 namespace crescent::bootstrap {
 namespace {
 
-// (normalized "host:port", engine id)
+// (normalized "host:port" + ("" or "#encode"), engine id): encoders are cached apart.
 using Key = std::pair<std::string, std::string>;
 
 struct Flight {
@@ -44,6 +45,53 @@ Result<std::string> pick(const QueryResult& table, const std::string& url,
                    " (registered: " + (known.empty() ? "none" : known) + ")");
 }
 
+Result<std::string> pick_encoder(const EncoderTable& table, const std::string& url,
+                                 const std::string& engine_id) {
+  if (auto it = table.find(engine_id); it != table.end()) {
+    return it->second;
+  }
+  std::string known;
+  for (const auto& [id, addr] : table) {
+    known += (known.empty() ? "'" : ", '") + id + "'";
+  }
+  return not_found("encoder '" + engine_id + "' is not registered at bootstrap " + url +
+                   " (encoders registered: " + (known.empty() ? "none" : known) + ")");
+}
+
+// One query: the answer for engine_id, and every (engine id, addr) the answer held.
+struct Answer {
+  Result<std::string> result;
+  std::vector<std::pair<std::string, std::string>> all;
+};
+
+Answer ask(const std::string& url, const std::string& engine_id, bool is_encoder,
+           Deadline deadline) {
+  Answer answer{Result<std::string>(unavailable("unset")), {}};
+  if (is_encoder) {
+    auto table = query_encoders(url, deadline);
+    if (!table.is_ok()) {
+      answer.result = table.status().with_context("resolving encoder '" + engine_id + "'");
+      return answer;
+    }
+    answer.result = pick_encoder(*table, url, engine_id);
+    answer.all.assign(table->begin(), table->end());
+    return answer;
+  }
+  auto table = query(url, deadline);
+  if (!table.is_ok()) {
+    answer.result = table.status().with_context("resolving engine_id '" + engine_id + "'");
+    return answer;
+  }
+  answer.result = pick(*table, url, engine_id);
+  for (const auto& [dp, entry] : *table) {
+    auto tp = entry.worker_addr.find(0);
+    if (tp != entry.worker_addr.end() && tp->second.count(0) != 0) {
+      answer.all.emplace_back(entry.engine_id, tp->second.at(0));
+    }
+  }
+  return answer;
+}
+
 }  // namespace
 
 struct EngineResolver::Impl {
@@ -52,6 +100,10 @@ struct EngineResolver::Impl {
   std::map<Key, std::string> cache;                // GUARDED_BY(mu)
   std::map<Key, std::shared_ptr<Flight>> flights;  // GUARDED_BY(mu)
   std::atomic<int64_t> num_queries{0};
+
+  Result<std::string> resolve(const std::string& url, const std::string& engine_id, bool is_encoder,
+                              Deadline deadline);
+  void invalidate(const std::string& url, const std::string& engine_id, bool is_encoder);
 
   // Waits for flight to finish or the deadline; false on the deadline.
   bool wait(std::unique_lock<std::mutex>& lock, const Flight& flight, Deadline deadline) {
@@ -69,20 +121,35 @@ EngineResolver::~EngineResolver() = default;
 
 Result<std::string> EngineResolver::resolve(const std::string& url, const std::string& engine_id,
                                             Deadline deadline) {
+  return impl_->resolve(url, engine_id, /*is_encoder=*/false, deadline);
+}
+
+Result<std::string> EngineResolver::resolve_encoder(const std::string& url,
+                                                    const std::string& engine_id,
+                                                    Deadline deadline) {
+  return impl_->resolve(url, engine_id, /*is_encoder=*/true, deadline);
+}
+
+Result<std::string> EngineResolver::Impl::resolve(const std::string& url,
+                                                  const std::string& engine_id, bool is_encoder,
+                                                  Deadline deadline) {
   if (engine_id.empty()) {
     return invalid_argument("resolve: empty engine_id");
   }
   ASSIGN_OR_RETURN(auto host_port, parse_http_url(url));
-  const Key key{host_port.first + ":" + std::to_string(host_port.second), engine_id};
-  std::unique_lock<std::mutex> lock(impl_->mu);
+  const Key key{
+      host_port.first + ":" + std::to_string(host_port.second) + (is_encoder ? "#encode" : ""),
+      engine_id};
+  std::unique_lock<std::mutex> lock(mu);
   while (true) {
-    if (auto hit = impl_->cache.find(key); hit != impl_->cache.end()) {
+    if (auto hit = cache.find(key); hit != cache.end()) {
       return hit->second;
     }
-    if (auto it = impl_->flights.find(key); it != impl_->flights.end()) {
+    if (auto it = flights.find(key); it != flights.end()) {
       std::shared_ptr<Flight> flight = it->second;
-      if (!impl_->wait(lock, *flight, deadline)) {
-        return deadline_exceeded("resolving engine_id '" + engine_id + "' at bootstrap " + url +
+      if (!wait(lock, *flight, deadline)) {
+        return deadline_exceeded("resolving " + std::string(is_encoder ? "encoder" : "engine_id") +
+                                 " '" + engine_id + "' at bootstrap " + url +
                                  ": the query in flight did not finish in time");
       }
       const Result<std::string>& result = *flight->result;
@@ -93,38 +160,41 @@ Result<std::string> EngineResolver::resolve(const std::string& url, const std::s
       return result;
     }
     auto flight = std::make_shared<Flight>();
-    impl_->flights[key] = flight;
+    flights[key] = flight;
     lock.unlock();
-    impl_->num_queries.fetch_add(1, std::memory_order_relaxed);
-    auto table = query(url, deadline);
-    Result<std::string> result = table.is_ok() ? pick(*table, url, engine_id)
-                                               : Result<std::string>(table.status().with_context(
-                                                     "resolving engine_id '" + engine_id + "'"));
+    num_queries.fetch_add(1, std::memory_order_relaxed);
+    Answer answer = ask(url, engine_id, is_encoder, deadline);
     lock.lock();
-    if (table.is_ok()) {
-      // Every engine in the answer is as fresh as the one asked for.
-      for (const auto& [dp, entry] : *table) {
-        auto tp = entry.worker_addr.find(0);
-        if (tp != entry.worker_addr.end() && tp->second.count(0) != 0) {
-          impl_->cache[Key{key.first, entry.engine_id}] = tp->second.at(0);
-        }
-      }
+    // Every engine in the answer is as fresh as the one asked for.
+    for (const auto& [id, addr] : answer.all) {
+      cache[Key{key.first, id}] = addr;
     }
     flight->is_done = true;
-    flight->result = result;
-    impl_->flights.erase(key);
-    impl_->cv.notify_all();
-    return result;
+    flight->result = answer.result;
+    flights.erase(key);
+    cv.notify_all();
+    return answer.result;
   }
 }
 
 void EngineResolver::invalidate(const std::string& url, const std::string& engine_id) {
+  impl_->invalidate(url, engine_id, /*is_encoder=*/false);
+}
+
+void EngineResolver::invalidate_encoder(const std::string& url, const std::string& engine_id) {
+  impl_->invalidate(url, engine_id, /*is_encoder=*/true);
+}
+
+void EngineResolver::Impl::invalidate(const std::string& url, const std::string& engine_id,
+                                      bool is_encoder) {
   auto host_port = parse_http_url(url);
   if (!host_port.is_ok()) {
     return;
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->cache.erase(Key{host_port->first + ":" + std::to_string(host_port->second), engine_id});
+  std::lock_guard<std::mutex> lock(mu);
+  cache.erase(Key{
+      host_port->first + ":" + std::to_string(host_port->second) + (is_encoder ? "#encode" : ""),
+      engine_id});
 }
 
 int64_t EngineResolver::num_queries() const {

@@ -212,5 +212,31 @@ TEST(EngineResolver, RefusesBadInput) {
   EXPECT_EQ(resolver.num_queries(), 0);
 }
 
+TEST(EngineResolver, ResolvesEncodersApartAndCachesThem) {
+  auto server = start_server(1);
+  WorkerRegistration enc;
+  enc.engine_id = "encode-1";
+  enc.addr = "tcp://127.0.0.1:7400";
+  enc.role = std::string(kEncodeRole);
+  ASSERT_TRUE(register_worker(server->url(), enc, soon()).is_ok());
+  EngineResolver resolver;
+  // No dp rank yet: the encoder resolves all the same (its query never waits for ranks).
+  auto addr = resolver.resolve_encoder(server->url(), "encode-1", soon());
+  ASSERT_TRUE(addr.is_ok()) << addr.status().to_string();
+  EXPECT_EQ(*addr, "tcp://127.0.0.1:7400");
+  EXPECT_TRUE(resolver.resolve_encoder(server->url(), "encode-1", soon()).is_ok());
+  EXPECT_EQ(resolver.num_queries(), 1);
+  // Not a dp engine.
+  EXPECT_FALSE(resolver.resolve(server->url(), "encode-1", Deadline::after_ms(500)).is_ok());
+  auto missing = resolver.resolve_encoder(server->url(), "encode-9", soon());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("encode-1"), std::string::npos)
+      << missing.status().to_string();
+  resolver.invalidate_encoder(server->url(), "encode-1");
+  const int64_t before = resolver.num_queries();
+  EXPECT_TRUE(resolver.resolve_encoder(server->url(), "encode-1", soon()).is_ok());
+  EXPECT_EQ(resolver.num_queries(), before + 1);
+}
+
 }  // namespace
 }  // namespace crescent::bootstrap

@@ -108,12 +108,15 @@ Result<QueryResult> parse_query(const json& root) {
 }  // namespace
 
 std::string registration_json(const WorkerRegistration& r) {
-  return json{{"engine_id", r.engine_id},
-              {"dp_rank", r.dp_rank},
-              {"tp_rank", r.tp_rank},
-              {"pp_rank", r.pp_rank},
-              {"addr", r.addr}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  json body = {{"engine_id", r.engine_id},
+               {"dp_rank", r.dp_rank},
+               {"tp_rank", r.tp_rank},
+               {"pp_rank", r.pp_rank},
+               {"addr", r.addr}};
+  if (!r.role.empty()) {
+    body["role"] = r.role;
+  }
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Result<WorkerRegistration> parse_registration_json(std::string_view body) {
@@ -127,9 +130,26 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
   WorkerRegistration r;
   ASSIGN_OR_RETURN(r.engine_id, string_field(root, "engine_id"));
   RETURN_IF_ERROR(check_engine_id(r.engine_id));
-  ASSIGN_OR_RETURN(r.dp_rank, rank_field(root, "dp_rank", kMaxDpRanks - 1));
-  ASSIGN_OR_RETURN(r.tp_rank, rank_field(root, "tp_rank", kMaxTpPpRank));
-  ASSIGN_OR_RETURN(r.pp_rank, rank_field(root, "pp_rank", kMaxTpPpRank));
+  if (root.contains("role")) {
+    ASSIGN_OR_RETURN(r.role, string_field(root, "role"));
+    if (r.role != kEncodeRole) {
+      return invalid_argument(
+          "field 'role' must be \"encode\" (or absent for a dp rank's "
+          "worker), got \"" +
+          r.role.substr(0, 64) + "\"");
+    }
+  }
+  const bool is_encoder = r.role == kEncodeRole;
+  // An encoder has no ranks; when it sends them they are checked all the same.
+  if (!is_encoder || root.contains("dp_rank")) {
+    ASSIGN_OR_RETURN(r.dp_rank, rank_field(root, "dp_rank", kMaxDpRanks - 1));
+  }
+  if (!is_encoder || root.contains("tp_rank")) {
+    ASSIGN_OR_RETURN(r.tp_rank, rank_field(root, "tp_rank", kMaxTpPpRank));
+  }
+  if (!is_encoder || root.contains("pp_rank")) {
+    ASSIGN_OR_RETURN(r.pp_rank, rank_field(root, "pp_rank", kMaxTpPpRank));
+  }
   ASSIGN_OR_RETURN(r.addr, string_field(root, "addr"));
   auto addr = parse_tcp_addr(r.addr);
   if (!addr.is_ok()) {
@@ -173,6 +193,35 @@ Result<QueryResult> parse_query_json(std::string_view body) {
   } catch (const json::exception& e) {
     return data_loss(std::string("bad /query answer: ") + e.what());
   }
+}
+
+std::string encoders_json(const EncoderTable& encoders) {
+  json root = json::object();
+  for (const auto& [engine_id, addr] : encoders) {
+    root[engine_id] = json{{"role", kEncodeRole}, {"worker_addr", addr}};
+  }
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<EncoderTable> parse_encoders_json(std::string_view body) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return data_loss("bad /query?role=encode answer: not a JSON object");
+  }
+  EncoderTable table;
+  for (const auto& [engine_id, entry] : root.items()) {
+    if (!entry.is_object()) {
+      return data_loss("bad /query?role=encode answer: encoder '" + engine_id +
+                       "' is not an object");
+    }
+    auto addr = entry.find("worker_addr");
+    if (addr == entry.end() || !addr->is_string()) {
+      return data_loss("bad /query?role=encode answer: encoder '" + engine_id +
+                       "' has no string 'worker_addr'");
+    }
+    table[engine_id] = addr->get<std::string>();
+  }
+  return table;
 }
 
 std::string error_json(std::string_view message, std::string_view type, std::string_view code) {

@@ -16,17 +16,23 @@ inline constexpr int kMaxDpRanks = 1024;  // dp_rank < expected_dp_ranks <= this
 inline constexpr int kMaxTpPpRank = 1023;
 inline constexpr size_t kMaxRegisterBodyBytes = 16 << 10;
 
-// {"engine_id","dp_rank","tp_rank","pp_rank","addr"}.
+// {"engine_id","dp_rank","tp_rank","pp_rank","addr"}, plus "role" when it is not empty.
 std::string registration_json(const WorkerRegistration& registration);
 // Checks types, ranks in [0, bounds], a non-empty printable engine id of at most
 // kMaxEngineIdBytes, and a tcp://host:port addr. Unknown extra fields are ignored (vLLM sends
-// some). InvalidArgument naming the field otherwise.
+// some). "role" is optional: absent, or "encode" (an encoder; then the ranks may be absent
+// and are read as 0). InvalidArgument naming the field otherwise.
 Result<WorkerRegistration> parse_registration_json(std::string_view body);
 
 // {"<dp>": {"engine_id": E, "worker_addr": {"<tp>": {"<pp>": "tcp://host:port"}}}}.
 std::string query_json(const QueryResult& result);
 // DataLoss naming what is wrong when the body is not that shape.
 Result<QueryResult> parse_query_json(std::string_view body);
+
+// GET /query?role=encode: {"<engine_id>": {"role": "encode", "worker_addr": "tcp://host:port"}}.
+std::string encoders_json(const EncoderTable& encoders);
+// DataLoss naming what is wrong when the body is not that shape.
+Result<EncoderTable> parse_encoders_json(std::string_view body);
 
 // {"error": {"message", "type", "code"}} as OpenAI shapes errors.
 std::string error_json(std::string_view message, std::string_view type, std::string_view code);

@@ -199,5 +199,37 @@ TEST(ErrorJson, RoundTripsAndFallsBackToTheRawBody) {
   EXPECT_EQ(raw.code, "");
 }
 
+TEST(RegistrationJson, TheEncodeRoleIsOptionalAndChecked) {
+  WorkerRegistration dp{"prefill-a", 0, 0, 0, "tcp://10.0.0.1:7000"};
+  // A dp rank's registration stays vLLM's: no "role".
+  EXPECT_EQ(registration_json(dp).find("role"), std::string::npos);
+  WorkerRegistration enc{"encode-a", 0, 0, 0, "tcp://10.0.0.1:7500"};
+  enc.role = "encode";
+  auto back = parse_registration_json(registration_json(enc));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->role, "encode");
+  EXPECT_EQ(back->addr, enc.addr);
+  // Without ranks.
+  auto bare = parse_registration_json(
+      R"({"engine_id":"encode-b","addr":"tcp://10.0.0.1:7501","role":"encode"})");
+  ASSERT_TRUE(bare.is_ok()) << bare.status().to_string();
+  EXPECT_EQ(bare->dp_rank, 0);
+  // A dp rank's registration still needs its ranks; unknown roles and bad types are refused.
+  EXPECT_FALSE(parse_registration_json(R"({"engine_id":"p","addr":"tcp://10.0.0.1:1"})").is_ok());
+  auto role = parse_registration_json(
+      R"({"engine_id":"p","addr":"tcp://10.0.0.1:1","role":"prefill","dp_rank":0,"tp_rank":0,"pp_rank":0})");
+  EXPECT_EQ(role.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(role.status().message().find("role"), std::string::npos);
+  EXPECT_FALSE(
+      parse_registration_json(R"({"engine_id":"p","addr":"tcp://10.0.0.1:1","role":1})").is_ok());
+  // The encoders' table round trips.
+  EncoderTable table{{"encode-a", "tcp://10.0.0.1:7500"}, {"encode-b", "tcp://10.0.0.1:7501"}};
+  auto parsed = parse_encoders_json(encoders_json(table));
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ(*parsed, table);
+  EXPECT_EQ(parse_encoders_json(R"({"a":{"worker_addr":3}})").status().code(),
+            StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace crescent::bootstrap

@@ -14,6 +14,30 @@ std::string quoted(const std::string& s) {
 WorkerRegistry::WorkerRegistry(int expected_dp_ranks) : expected_dp_ranks_(expected_dp_ranks) {}
 
 Status WorkerRegistry::add(const WorkerRegistration& r) {
+  if (r.role == kEncodeRole) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = dp_of_engine_.find(r.engine_id); it != dp_of_engine_.end()) {
+      return already_exists("engine_id " + quoted(r.engine_id) + " is registered at dp_rank " +
+                            std::to_string(it->second) + ", not as an encoder");
+    }
+    if (auto it = encoders_.find(r.engine_id); it != encoders_.end()) {
+      if (it->second == r.addr) {
+        return Status::ok();  // identical re-registration
+      }
+      return already_exists("encoder " + quoted(r.engine_id) + " is registered at " + it->second +
+                            ", not " + r.addr);
+    }
+    if (num_workers_ >= kMaxWorkers) {
+      return resource_exhausted("the bootstrap server holds " + std::to_string(kMaxWorkers) +
+                                " workers already");
+    }
+    encoders_[r.engine_id] = r.addr;
+    ++num_workers_;
+    return Status::ok();
+  }
+  if (!r.role.empty()) {
+    return invalid_argument("unknown role " + quoted(r.role));
+  }
   if (r.dp_rank < 0 || r.dp_rank >= expected_dp_ranks_) {
     return invalid_argument("dp_rank " + std::to_string(r.dp_rank) + " is outside 0.." +
                             std::to_string(expected_dp_ranks_ - 1) +
@@ -21,6 +45,10 @@ Status WorkerRegistry::add(const WorkerRegistration& r) {
                             std::to_string(expected_dp_ranks_) + " dp rank(s))");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (encoders_.count(r.engine_id) != 0) {
+    return already_exists("engine_id " + quoted(r.engine_id) + " is registered as an encoder, " +
+                          "not at dp_rank " + std::to_string(r.dp_rank));
+  }
   if (auto it = dp_of_engine_.find(r.engine_id);
       it != dp_of_engine_.end() && it->second != r.dp_rank) {
     return already_exists("engine_id " + quoted(r.engine_id) + " is registered at dp_rank " +
@@ -79,6 +107,11 @@ Result<QueryResult> WorkerRegistry::snapshot() const {
                        std::to_string(expected_dp_ranks_) + " registered)");
   }
   return table_;
+}
+
+EncoderTable WorkerRegistry::encoders() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return encoders_;
 }
 
 int WorkerRegistry::num_workers() const {

@@ -67,5 +67,37 @@ TEST(WorkerRegistry, DpRankBeyondExpectedIsInvalid) {
   EXPECT_NE(s.message().find("dp_rank 2 is outside 0..1"), std::string::npos) << s.message();
 }
 
+TEST(WorkerRegistry, EncodersAreKeptApartFromTheDpRanks) {
+  WorkerRegistry registry(1);
+  WorkerRegistration enc = reg("encode-1", 0, 0, 0, "tcp://h:9");
+  enc.role = "encode";
+  ASSERT_TRUE(registry.add(enc).is_ok());
+  ASSERT_TRUE(registry.add(enc).is_ok());  // identical again
+  // An encoder neither takes dp rank 0 nor counts toward the expected ranks.
+  EXPECT_EQ(registry.snapshot().status().code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(registry.add(reg("prefill-1", 0, 0, 0, "tcp://h:1")).is_ok());
+  auto table = registry.snapshot();
+  ASSERT_TRUE(table.is_ok()) << table.status().to_string();
+  EXPECT_EQ(table->at(0).engine_id, "prefill-1");
+  EXPECT_EQ(registry.encoders(), (EncoderTable{{"encode-1", "tcp://h:9"}}));
+
+  // The same encoder elsewhere, or an engine id used as both kinds, conflicts.
+  WorkerRegistration moved = enc;
+  moved.addr = "tcp://h:10";
+  Status s = registry.add(moved);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("tcp://h:9"), std::string::npos) << s.message();
+  WorkerRegistration as_encoder = reg("prefill-1", 0, 0, 0, "tcp://h:11");
+  as_encoder.role = "encode";
+  EXPECT_EQ(registry.add(as_encoder).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(registry.add(reg("encode-1", 0, 1, 0, "tcp://h:12")).code(),
+            StatusCode::kAlreadyExists);
+  // Encoders may be many, whatever the expected dp ranks.
+  WorkerRegistration second = reg("encode-2", 5, 0, 0, "tcp://h:13");
+  second.role = "encode";
+  EXPECT_TRUE(registry.add(second).is_ok());
+  EXPECT_EQ(registry.encoders().size(), 2u);
+}
+
 }  // namespace
 }  // namespace crescent::bootstrap

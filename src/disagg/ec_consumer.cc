@@ -171,6 +171,8 @@ class EcConsumer::Impl {
   void drop_segment(const std::string& worker_addr, transfer::PeerId peer);
   void release_loop();
   void release_now(const std::vector<EcTensorRef>& refs);
+  // refs with worker_addr replaced by what their bootstrap_addr says of their engine_id.
+  std::vector<EcTensorRef> resolve_addrs(std::span<const EcTensorRef> refs, Deadline deadline);
 
   EcConsumerOptions options_;
   std::unique_ptr<transfer::TransferEngine> engine_;
@@ -451,11 +453,39 @@ Status EcConsumer::Impl::fetch_group(std::span<const EcTensorRef> refs,
   return s;
 }
 
-Status EcConsumer::Impl::fetch(std::span<const EcTensorRef> refs,
+std::vector<EcTensorRef> EcConsumer::Impl::resolve_addrs(std::span<const EcTensorRef> refs,
+                                                         Deadline deadline) {
+  std::vector<EcTensorRef> out(refs.begin(), refs.end());
+  if (!options_.resolve)
+    return out;
+  for (EcTensorRef& r : out) {
+    if (r.bootstrap_addr.empty() || is_disk_ref(r) || r.engine_id.empty())
+      continue;
+    auto addr = options_.resolve(r.bootstrap_addr, r.engine_id, deadline);
+    if (addr.is_ok() && addr->substr(0, 6) == "tcp://") {
+      r.worker_addr = *addr;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++metrics_.num_resolve_failures;
+    }
+    CRESCENT_LOG(kWarn) << "ec consumer: cannot resolve encoder " << r.engine_id << " through "
+                        << r.bootstrap_addr << " ("
+                        << (addr.is_ok() ? "not a tcp:// address: " + *addr
+                                         : addr.status().to_string())
+                        << "); using the item's worker_addr " << r.worker_addr;
+  }
+  return out;
+}
+
+Status EcConsumer::Impl::fetch(std::span<const EcTensorRef> in_refs,
                                std::span<const std::span<float>> dsts, Deadline deadline) {
   const TimePoint start = Clock::now();
   const Deadline d = Deadline::after(std::min<std::chrono::nanoseconds>(
       deadline.remaining(), std::chrono::nanoseconds(options_.timeout)));
+  const std::vector<EcTensorRef> resolved = resolve_addrs(in_refs, d);
+  const std::span<const EcTensorRef> refs(resolved);
   auto finish = [&](Status s) {
     std::lock_guard<std::mutex> lock(mu_);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -493,6 +523,11 @@ Status EcConsumer::Impl::fetch(std::span<const EcTensorRef> refs,
     const std::string where = "EC fetch: refs[" + std::to_string(i) + "]";
     if (Status v = validate_ec_tensor_ref(r, where); !v.is_ok())
       return refuse(v);
+    if (is_disk_ref(r)) {
+      return refuse(invalid_argument(where + ": " + r.worker_addr +
+                                     " is a disk connector's directory; this prefill worker "
+                                     "pulls through the transfer connector"));
+    }
     if (static_cast<uint64_t>(dsts[i].size()) * sizeof(float) != r.num_bytes) {
       return refuse(invalid_argument(where + ": destination holds " +
                                      std::to_string(dsts[i].size()) + " floats, the tensor " +
@@ -562,10 +597,11 @@ void EcConsumer::Impl::release_loop() {
   }
 }
 
-void EcConsumer::Impl::release_now(const std::vector<EcTensorRef>& refs) {
+void EcConsumer::Impl::release_now(const std::vector<EcTensorRef>& in_refs) {
+  const std::vector<EcTensorRef> refs = resolve_addrs(in_refs, Deadline::after(kReleaseTimeout));
   std::map<std::string, std::vector<const EcTensorRef*>> groups;
   for (const EcTensorRef& r : refs) {
-    if (validate_ec_tensor_ref(r, "ref").is_ok())
+    if (validate_ec_tensor_ref(r, "ref").is_ok() && !is_disk_ref(r))
       groups[r.worker_addr].push_back(&r);
   }
   for (auto& [addr, group] : groups) {
@@ -625,6 +661,10 @@ std::string EcConsumer::Impl::render_metrics(const std::string& model_name) cons
           metrics_.fetch_seconds_total);
   counter("connections_opened_total", "Control connections opened to encoders.",
           static_cast<double>(metrics_.num_connections_opened));
+  counter("resolve_failures_total",
+          "Encoder lookups through a bootstrap server that failed (the item's worker_addr was "
+          "used).",
+          static_cast<double>(metrics_.num_resolve_failures));
   prometheus::append_header(&out, p + "fetch_seconds", "histogram",
                             "Duration of successful EC fetch calls.");
   fetch_seconds_.render(p + "fetch_seconds", labels, &out);

@@ -15,13 +15,17 @@
 // it sees it close. A READ that did not finish cleanly closes the encoder's transfer segment
 // (which stops the copy) before fetch() returns, so no byte lands in dst afterwards.
 //
-// The refs' worker_addr is used as is (the encoder put its reachable listener there); the
-// optional bootstrap_addr is not consulted.
+// Where an encoder is: a ref with a bootstrap_addr has its engine_id resolved through that
+// bootstrap server (options.resolve: GET /query?role=encode, cached per engine id by the
+// resolver), and the answer replaces its worker_addr; a ref without one, or a failed
+// resolution (logged), uses its worker_addr as is. Either way EC_HELLO_OK must name the ref's
+// engine_id, or the fetch fails. Refs of the disk connector (file://) are refused.
 //
 // Thread-safety: every method may be called from any thread, concurrently.
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +46,11 @@ struct EcConsumerOptions {
   std::chrono::milliseconds heartbeat_interval{1'000};
   int max_idle_connections = 4;           // per encoder
   std::string listen_host = "127.0.0.1";  // this consumer's transfer engine listener
+  // bootstrap url, engine id -> the encoder's "tcp://HOST:PORT" (EngineResolver's
+  // resolve_encoder); empty: refs' worker_addr is always used.
+  std::function<Result<std::string>(const std::string& bootstrap_url, const std::string& engine_id,
+                                    Deadline deadline)>
+      resolve;
 };
 
 struct EcConsumerMetrics {
@@ -51,6 +60,7 @@ struct EcConsumerMetrics {
   uint64_t num_bytes = 0;
   double fetch_seconds_total = 0;  // over every call, successful or not
   uint64_t num_connections_opened = 0;
+  uint64_t num_resolve_failures = 0;  // bootstrap lookups that failed (worker_addr was used)
 };
 
 class EcConsumer {

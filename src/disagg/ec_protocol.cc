@@ -33,6 +33,31 @@ Status check_worker_addr(std::string_view addr) {
   return Status::ok();
 }
 
+// "file:///abs/dir": what the disk connector puts in worker_addr.
+Status check_disk_addr(std::string_view addr) {
+  const std::string_view dir = addr.substr(kEcDiskScheme.size());
+  if (addr.size() > ec_protocol::kMaxTextBytes || dir.empty() || dir.front() != '/')
+    return invalid_argument("must be \"file://\" followed by an absolute directory");
+  for (char c : dir) {
+    if (static_cast<unsigned char>(c) < ' ' || c == 0x7f)
+      return invalid_argument("has a control character");
+  }
+  return Status::ok();
+}
+
+// The disk connector turns mm_hash into a file name: no separators, no dot files.
+Status check_file_name_id(std::string_view id) {
+  if (id.size() > 200)
+    return invalid_argument("longer than 200 bytes (the disk connector's file name)");
+  for (char c : id) {
+    const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    c == '-' || c == '_';
+    if (!ok)
+      return invalid_argument("must be letters, digits, '-' or '_' for the disk connector");
+  }
+  return Status::ok();
+}
+
 Status check_bootstrap_addr(std::string_view addr) {
   if (addr.empty())
     return Status::ok();
@@ -51,8 +76,14 @@ Status validate_ec_tensor_ref(const EcTensorRef& ref, std::string_view where) {
     return bad_field(where, "mm_hash", s.message());
   if (Status s = protocol::validate_id(ref.engine_id, "engine_id"); !s.is_ok())
     return bad_field(where, "engine_id", s.message());
-  if (Status s = check_worker_addr(ref.worker_addr); !s.is_ok())
-    return bad_field(where, "worker_addr", s.message());
+  if (is_disk_ref(ref)) {
+    if (Status s = check_disk_addr(ref.worker_addr); !s.is_ok())
+      return bad_field(where, "worker_addr", s.message());
+    if (Status s = check_file_name_id(ref.mm_hash); !s.is_ok())
+      return bad_field(where, "mm_hash", s.message());
+  } else if (Status s = check_worker_addr(ref.worker_addr); !s.is_ok()) {
+    return bad_field(where, "worker_addr", "must be \"tcp://HOST:PORT\" or \"file:///DIR\"");
+  }
   if (Status s = check_bootstrap_addr(ref.bootstrap_addr); !s.is_ok())
     return bad_field(where, "bootstrap_addr", s.message());
   if (ref.reservation_id == 0)
@@ -75,6 +106,10 @@ Status validate_ec_tensor_ref(const EcTensorRef& ref, std::string_view where) {
   if (ref.expires_at_unix_ms < 0)
     return bad_field(where, "expires_at_unix_ms", "must not be negative");
   return Status::ok();
+}
+
+bool is_disk_ref(const EcTensorRef& ref) {
+  return ref.worker_addr.substr(0, kEcDiskScheme.size()) == kEcDiskScheme;
 }
 
 nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items) {

@@ -28,6 +28,10 @@
 // held for the whole READ.
 // Message type numbers (101..108) differ from the KV protocol's, so a peer speaking the other
 // protocol is refused with a clear "unexpected message".
+//
+// The disk connector (ec_disk_connector.h, --ec-connector disk) uses the same items with
+// worker_addr "file://DIR" (an absolute directory): the tensor is DIR/<mm_hash>.safetensors,
+// no control protocol is spoken, and the consumer reads it from its own --ec-path.
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -44,7 +48,8 @@ namespace crescent::disagg {
 struct EcTensorRef {
   std::string mm_hash;          // content hash (hex) of the image, as the server computes it
   std::string engine_id;        // the encoder's engine id
-  std::string worker_addr;      // the encoder's EC control listener, "tcp://HOST:PORT"
+  std::string worker_addr;      // the encoder's EC control listener, "tcp://HOST:PORT"; or
+                                // "file:///ABSOLUTE/DIR" for the disk connector
   std::string bootstrap_addr;   // optional "http://HOST:PORT" where engine_id is registered
   uint64_t reservation_id = 0;  // the pool reservation held for this consumer (never 0)
   std::vector<int64_t> shape;   // {num_tokens, hidden_size}
@@ -62,12 +67,18 @@ inline constexpr int64_t kMaxEcHiddenSize = 1 << 16;      // shape[1]
 // "expires_at_unix_ms":...}]}
 nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items);
 // Strict: every field above must be present with the right type and range (bootstrap_addr may
-// be empty; unknown keys are ignored). InvalidArgument naming the bad field, e.g.
+// be empty; unknown keys are ignored; worker_addr is "tcp://HOST:PORT" or, for the disk
+// connector, "file://" + an absolute directory, and then mm_hash must be a safe file name:
+// letters, digits, '-' and '_' only). InvalidArgument naming the bad field, e.g.
 // "ec_transfer_params.items[1].shape: must be [num_tokens, hidden_size] of positive integers".
 Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& j);
 // The checks of one item (what parse applies), for refs built in code. `where` prefixes the
 // message ("ec_transfer_params.items[0]").
 Status validate_ec_tensor_ref(const EcTensorRef& ref, std::string_view where);
+
+inline constexpr std::string_view kEcDiskScheme = "file://";
+// The ref names a file of the disk connector (worker_addr "file://DIR"), not a pool.
+bool is_disk_ref(const EcTensorRef& ref);
 
 // What an encoder and a prefill worker must agree on before embeddings move between them.
 // hidden_size 0 and empty strings are values like any other (both sides must match).
