@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/bench_disagg_ec.h"
 #include "apps/command.h"
 #include "apps/flags.h"
 #include "core/clock.h"
@@ -1163,6 +1164,12 @@ Status validate(BenchOptions& o) {
 }
 
 int bench_disagg(const std::vector<std::string>& args) {
+  // The encoder split (EPD) has flags of its own: bench_disagg_ec.h.
+  if (auto it = std::find(args.begin(), args.end(), "--encode"); it != args.end()) {
+    std::vector<std::string> rest(args.begin(), it);
+    rest.insert(rest.end(), it + 1, args.end());
+    return bench_disagg_encode(rest);
+  }
   BenchOptions o;
   int64_t seed = 0;
   FlagParser flags(
@@ -1175,7 +1182,9 @@ int bench_disagg(const std::vector<std::string>& args) {
       "server's queue + prefill), KV transfer, decode-side recompute and other, from the\n"
       "servers' /metrics. The transfer is compared with a memcpy of the same bytes timed in\n"
       "this process in the same run (target for shm: transfer <= 2x memcpy). The children are\n"
-      "always stopped; their logs stay in --log-dir. See docs/disagg_benchmark.md.");
+      "always stopped; their logs stay in --log-dir. See docs/disagg_benchmark.md.\n"
+      "With --encode: the EPD encoder split instead (EC transfer of image embeddings vs\n"
+      "memcpy; `crescent bench disagg --encode --help`, docs/epd_benchmark.md).");
   flags.add("model", &o.model, "model directory (with tokenizer.json)");
   flags.add("kv-transport", &o.kv_transport, "shm, tcp or ucx");
   flags.add("num-requests", &o.num_requests, "measured requests (after one warm-up)");

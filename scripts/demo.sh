@@ -34,8 +34,43 @@
 #       (0: a free port chosen by each process)
 #   DEMO_KV_TRANSPORT (shm)  DEMO_STARTUP_TIMEOUT_S (90)  DEMO_BENCH_TIMEOUT_S (600)
 # Exit status: 0 when both runs completed every request; 1 otherwise (the reason is printed).
+#
+#   bash scripts/demo.sh epd
+#
+# The EPD demo (DESIGN.md §2b): encoder, prefill and decode workers (1E1P1D, each pinned with
+# taskset to its own cores, plus a bootstrap server and `crescent proxy --encode`) against one
+# colocated `--role both` server pinned to the same cores, under the same image-heavy load
+# (`crescent bench serve --dataset-name random-mm`); prints TTFT/TPOT/ITL side by side, where
+# the time went (encode, EC pull), and a sentence computed from the two runs. Its model is
+# tiny-qwen2-vl with Qwen2-VL's own pixel budget (max_pixels 12845056 in
+# preprocessor_config.json instead of the preset's 64 merged patches), so that a 720x1280 image
+# is 1196 embedding rows and its encoding costs a visible fraction of a second on one core,
+# while decode steps take about a millisecond. See docs/epd_benchmark.md.
+# Knobs (environment), besides DEMO_SKIP_BUILD, CRESCENT_BIN, DEMO_LOG_DIR, DEMO_SEED,
+# DEMO_STARTUP_TIMEOUT_S, DEMO_BENCH_TIMEOUT_S and DEMO_CORES (how many of this process's CPUs):
+#   DEMO_NUM_PROMPTS (32)  DEMO_INPUT_LEN (64)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (0.8)
+#   DEMO_MAX_CONCURRENCY (none)
+#   DEMO_MM_BUCKETS ('{(720, 1280, 1): 1.0}')  DEMO_MM_ITEMS (1): images per request
+#   DEMO_MODEL_DIR (models/tiny-qwen2-vl-qwen-pixels)
+#   DEMO_E_CPUS DEMO_P_CPUS DEMO_D_CPUS: taskset lists (default: D gets the last CPU; E and P
+#       share the others, split in two when there are at least two)
+#   DEMO_EC_TRANSPORT (shm)  DEMO_KV_TRANSPORT (shm)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode="${1:-pd}"
+case "$mode" in
+  pd | epd) ;;
+  *)
+    echo "usage: bash scripts/demo.sh [epd]" >&2
+    exit 2
+    ;;
+esac
+if [[ "$mode" == epd ]]; then
+  : "${DEMO_NUM_PROMPTS:=32}" "${DEMO_INPUT_LEN:=64}" "${DEMO_OUTPUT_LEN:=64}"
+  : "${DEMO_REQUEST_RATE:=0.8}" "${DEMO_MODEL_DIR:=models/tiny-qwen2-vl-qwen-pixels}"
+  : "${DEMO_MODEL_PRESET:=tiny-qwen2-vl}"
+fi
 
 num_prompts="${DEMO_NUM_PROMPTS:-60}"
 input_len="${DEMO_INPUT_LEN:-512}"
@@ -100,6 +135,14 @@ if [[ ! -f "$model/config.json" ]]; then
   mkdir -p "$(dirname "$model")"
   tmp_model="$model.tmp.$$"
   "$bin" make-model --preset "$model_preset" --out "$tmp_model"
+  if [[ "$mode" == epd ]]; then
+    # Qwen2-VL's pixel budget instead of the tiny preset's 64 merged patches (see the top).
+    sed -i -e 's/"max_pixels": [0-9]*/"max_pixels": 12845056/' \
+      -e 's/"longest_edge": [0-9]*/"longest_edge": 12845056/' "$tmp_model/preprocessor_config.json"
+    grep -q '"max_pixels": 12845056' "$tmp_model/preprocessor_config.json" ||
+      die "cannot set max_pixels in $tmp_model/preprocessor_config.json"
+    echo "   max_pixels 12845056 (Qwen2-VL's) in $tmp_model/preprocessor_config.json"
+  fi
   # Another run may have made it meanwhile: keep theirs.
   mv -T "$tmp_model" "$model" 2>/dev/null || rm -rf "$tmp_model"
   echo "   model ready in $model"
@@ -305,6 +348,193 @@ p_threads=$((cores / 2 > 0 ? cores / 2 : 1))
 d_threads=$((cores - p_threads > 0 ? cores - p_threads : 1))
 serve_args=(--model "$model" --host 127.0.0.1 --io-threads 1 --kv-cache-mb 256
             --drain-timeout-s 5)
+
+if [[ "$mode" == epd ]]; then
+  # ---- EPD: the same cores, split by taskset ---------------------------------------------------
+  command -v taskset >/dev/null || die "the epd demo pins workers with taskset (util-linux)"
+  # This process's CPUs as a list ("0-2,5" -> 0 1 2 5), the first $cores of them.
+  allowed=()
+  IFS=',' read -r -a ranges <<<"$(taskset -pc $$ | sed 's/.*: *//')"
+  for range in "${ranges[@]}"; do
+    if [[ "$range" == *-* ]]; then
+      for ((c = ${range%-*}; c <= ${range#*-}; c++)); do allowed+=("$c"); done
+    else
+      allowed+=("$range")
+    fi
+  done
+  ((${#allowed[@]} >= cores)) || die "DEMO_CORES=$cores but this process may use ${#allowed[@]} CPU(s)"
+  allowed=("${allowed[@]:0:$cores}")
+  join() { local IFS=,; echo "$*"; }
+  all_cpus=$(join "${allowed[@]}")
+  if ((cores == 1)); then
+    e_cpus="$all_cpus" p_cpus="$all_cpus" d_cpus="$all_cpus"
+  else
+    rest=("${allowed[@]:0:cores-1}")
+    d_cpus="${allowed[cores - 1]}"
+    if ((${#rest[@]} == 1)); then
+      e_cpus="${rest[0]}" p_cpus="${rest[0]}"
+    else
+      half=$(((${#rest[@]} + 1) / 2))
+      e_cpus=$(join "${rest[@]:0:half}") p_cpus=$(join "${rest[@]:half}")
+    fi
+  fi
+  e_cpus="${DEMO_E_CPUS:-$e_cpus}" p_cpus="${DEMO_P_CPUS:-$p_cpus}" d_cpus="${DEMO_D_CPUS:-$d_cpus}"
+  num_cpus() { taskset -c "$1" nproc; }
+  e_threads=$(num_cpus "$e_cpus") p_threads=$(num_cpus "$p_cpus") d_threads=$(num_cpus "$d_cpus")
+  ec_transport="${DEMO_EC_TRANSPORT:-shm}"
+  default_buckets='{(720, 1280, 1): 1.0}'
+  mm_buckets="${DEMO_MM_BUCKETS:-$default_buckets}"
+  mm_items="${DEMO_MM_ITEMS:-1}"
+  if ! is_uint "$mm_items" || ((mm_items == 0)); then
+    die "DEMO_MM_ITEMS must be a positive whole number"
+  fi
+  # shellcheck disable=SC2054  # "90,99" is one argument
+  bench_args=(--model "$model" --endpoint /v1/chat/completions --dataset-name random-mm
+              --random-input-len "$input_len" --random-output-len "$output_len"
+              --random-mm-base-items-per-request "$mm_items"
+              --random-mm-limit-mm-per-prompt "{\"image\": $mm_items}"
+              --random-mm-bucket-config "$mm_buckets" --ignore-eos
+              --num-prompts "$num_prompts" --request-rate "$request_rate" --seed "$seed"
+              --no-progress --metric-percentiles 50,90,99 --request-timeout-s "$bench_timeout_s")
+  [[ -z "$max_concurrency" ]] || bench_args+=(--max-concurrency "$max_concurrency")
+  long_args=()
+  vl_args=(--limit-mm-per-prompt "image=$mm_items")
+
+  # start_pinned NAME CPUS ARGS...: start, under taskset -c CPUS.
+  start_pinned() {
+    local name="$1" cpus="$2"
+    shift 2
+    log_of[$name]="$run_dir/$name.log"
+    echo "taskset -c $cpus crescent $*" > "${log_of[$name]}"
+    taskset -c "$cpus" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
+    pid_of[$name]=$!
+    running+=("$name")
+    echo "   $name: taskset -c $cpus crescent $* (pid ${pid_of[$name]}, log $name.log)"
+  }
+  # metric PORT NAME: the sum of NAME's series in PORT's /metrics (0 when absent).
+  metric() {
+    local text
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    text=$(timeout 5 bash -c '
+      exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 1
+      printf "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" >&3
+      cat <&3' "$1" 2>/dev/null || true)
+    awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%.6f", s + 0 }' <<<"$text"
+  }
+
+  echo "== 1E1P1D on 127.0.0.1: encoder on CPU(s) $e_cpus ($e_threads thread(s)), prefill on" \
+    "$p_cpus ($p_threads), decode on $d_cpus ($d_threads); a bootstrap server and the proxy" \
+    "(and the benchmark client) unpinned"
+  stage="the start of the 1E1P1D cluster"
+  start bootstrap bootstrap --host 127.0.0.1 --port "${DEMO_BOOTSTRAP_PORT:-0}"
+  listening_port bootstrap
+  bootstrap_port="${port_of[bootstrap]}"
+  start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
+    --threads "$e_threads" --ec-transport "$ec_transport"
+  start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
+    --port "${DEMO_PREFILL_PORT:-0}" --role prefill --threads "$p_threads" \
+    --kv-transport "$kv_transport" --ec-transport "$ec_transport" \
+    --bootstrap-addr "http://127.0.0.1:$bootstrap_port"
+  start_pinned decode "$d_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
+    --port "${DEMO_DECODE_PORT:-0}" --role decode --threads "$d_threads" \
+    --kv-transport "$kv_transport"
+  for name in encode prefill decode; do
+    listening_port "$name"
+  done
+  for name in encode prefill decode; do
+    wait_ready "$name" "${port_of[$name]}" /health
+  done
+  wait_ready bootstrap "$bootstrap_port" /query
+  start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1 \
+    --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
+    --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
+    --decode "http://127.0.0.1:${port_of[decode]}"
+  listening_port proxy
+  wait_ready proxy "${port_of[proxy]}" /health
+  echo "   ready at +$(elapsed): encode :${port_of[encode]}, prefill :${port_of[prefill]}," \
+    "decode :${port_of[decode]}, proxy :${port_of[proxy]} (EC over $ec_transport, KV over $kv_transport)"
+  bench 1E1P1D epd "${port_of[proxy]}"
+  # Where the time went, from the servers' own counters.
+  e_images=$(metric "${port_of[encode]}" crescent_encoder_images_total)
+  e_seconds=$(metric "${port_of[encode]}" crescent_encoder_seconds_total)
+  p_pulled=$(metric "${port_of[prefill]}" crescent_ec_images_pulled_total)
+  p_pull_s=$(metric "${port_of[prefill]}" crescent_ec_pull_seconds_total)
+  p_pull_bytes=$(metric "${port_of[prefill]}" crescent_ec_pulled_bytes_total)
+  p_encoded=$(metric "${port_of[prefill]}" crescent_encoder_images_total)
+  p_fallbacks=$(metric "${port_of[prefill]}" crescent_ec_fallback_local_total)
+  p_ttft_s=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_sum)
+  p_ttft_n=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_count)
+  echo "== stopping the 1E1P1D cluster"
+  stop_processes proxy decode prefill encode bootstrap
+
+  echo "== colocated on 127.0.0.1: one crescent serve --role both on CPU(s) $all_cpus ($cores thread(s))"
+  stage="the start of the colocated server"
+  start_pinned colocated "$all_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
+    --port "${DEMO_BOTH_PORT:-0}" --role both --threads "$cores"
+  listening_port colocated
+  wait_ready colocated "${port_of[colocated]}" /health
+  echo "   ready at +$(elapsed): colocated :${port_of[colocated]}"
+  bench colocated colocated "${port_of[colocated]}"
+  c_images=$(metric "${port_of[colocated]}" crescent_encoder_images_total)
+  c_seconds=$(metric "${port_of[colocated]}" crescent_encoder_seconds_total)
+  echo "== stopping the colocated server"
+  stop_processes colocated
+
+  echo
+  echo "== 1E1P1D (E on $e_cpus, P on $p_cpus, D on $d_cpus) vs colocated (on $all_cpus):" \
+    "crescent bench compare --labels 1E1P1D,colocated epd.json colocated.json"
+  "$bin" bench compare --labels 1E1P1D,colocated "$run_dir/epd.json" "$run_dir/colocated.json" |
+    tee "$run_dir/compare.txt"
+  echo
+  {
+    echo "where the time went (the servers' /metrics):"
+    awk -v n="$e_images" -v s="$e_seconds" -v cn="$c_images" -v cs="$c_seconds" \
+      -v pn="$p_pulled" -v ps="$p_pull_s" -v pb="$p_pull_bytes" -v pe="$p_encoded" \
+      -v pf="$p_fallbacks" -v pts="$p_ttft_s" -v ptn="$p_ttft_n" 'BEGIN {
+      printf("  encode per image: %.1f ms on the encoder (%d images), %.1f ms colocated (%d images)\n",
+             (n > 0 ? 1e3 * s / n : 0), n, (cn > 0 ? 1e3 * cs / cn : 0), cn)
+      printf("  EC pull on the prefill worker: %.2f ms per image, %.2f GB/s (%d images, %.1f MiB in all);",
+             (pn > 0 ? 1e3 * ps / pn : 0), (ps > 0 ? pb / ps / 1e9 : 0), pn, pb / 1048576)
+      printf(" images the prefill worker encoded itself: %d (fallbacks %d)\n", pe, pf)
+      printf("  the prefill worker, arrival to its one token (queue + EC pull + prefill): %.1f ms mean over %d requests\n",
+             (ptn > 0 ? 1e3 * pts / ptn : 0), ptn) }'
+    # The verdict, from the two result files: ITL p99 (a decode step stalled by an encode or a
+    # prefill shows there first), TPOT p99 and TTFT median. Within 10%: "about the same", the
+    # run-to-run spread of this machine (docs/epd_benchmark.md).
+    jq -r -s '
+      def r(k): if (.[1][k] // 0) > 0 then (.[0][k] / .[1][k]) else null end;
+      def word(x): if x == null then "n/a" elif x < 0.9 then "lower" elif x > 1.1 then "higher" else "about the same" end;
+      def f(x): if x == null then "n/a" else (x * 100 | round / 100 | tostring) + "x" end;
+      def v(i; k): (.[i][k] // 0) * 10 | round / 10 | tostring;
+      . as $runs
+      | [["ITL p99", "p99_itl_ms"], ["TPOT p99", "p99_tpot_ms"], ["TTFT median", "median_ttft_ms"],
+         ["TTFT p99", "p99_ttft_ms"]]
+      | map(. as [$name, $k] | ($runs | r($k)) as $x
+            | {name: $name, x: $x, text: "\($name) \(word($x)) (\($runs | v(0; $k)) vs \($runs | v(1; $k)) ms, \(f($x)))"})
+      | (map(select(.x != null and .x < 0.9) | .name)) as $wins
+      | (map(select(.x != null and .x > 1.1) | .name)) as $losses
+      | "1E1P1D vs colocated, one run each: " + (map(.text) | join("; ")) + ". "
+        + (if ($wins | length) > 0 then "1E1P1D wins on " + ($wins | join(", ")) else "1E1P1D wins on none of these" end)
+        + (if ($losses | length) > 0 then "; colocated wins on " + ($losses | join(", ")) else "; colocated wins on none" end)
+        + " (differences under 10% read as the same)."
+    ' "$run_dir/epd.json" "$run_dir/colocated.json"
+  } | tee "$run_dir/verdict.txt"
+
+  failed=0
+  for stem in epd colocated; do
+    n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
+    [[ "$n" == 0 ]] || failed=1
+  done
+  echo
+  echo "== done in $(elapsed). Every process the demo started has stopped."
+  echo "   logs: $run_dir/{bootstrap,encode,prefill,decode,proxy,colocated}.log"
+  echo "   benchmark output: bench-epd.log, bench-colocated.log; results: epd.json, colocated.json;" \
+    "verdict.txt, compare.txt"
+  echo "   The weights are random; the work is real: image decoding and preprocessing, the vision tower," \
+    "EC pull, prefill, KV transfer, decode. See docs/epd_benchmark.md."
+  ((failed == 0)) || die "some requests failed (see the reports above and the logs in $run_dir)"
+  exit 0
+fi
 
 # ---- 1P1D: bootstrap, prefill, decode, proxy -----------------------------------------------
 echo "== 1P1D on 127.0.0.1: a standalone bootstrap server, prefill ($p_threads thread(s)) registered" \

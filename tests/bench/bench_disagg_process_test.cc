@@ -123,6 +123,49 @@ TEST_F(BenchDisaggProcessTest, ReportsEveryPhaseAndTheMemcpyRatioThenStopsItsChi
   expect_children_stopped();
 }
 
+// The EPD encoder split: EC transfers of image embeddings against a same-run memcpy, over shm
+// and tcp, in seconds (small shapes); every line of the report and the JSON figures.
+TEST_F(BenchDisaggProcessTest, EncodeSplitReportsFetchLatencyAndTheMemcpyRatio) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    const fs::path json_path = dir_ / (std::string("ec-") + transport + ".json");
+    auto bench = ChildProcess::start(
+        "bench", {"bench", "disagg", "--encode", "--ec-transport", transport, "--tokens", "16,64",
+                  "--hidden-size", "256", "--num-images", "5", "--json", json_path.string()});
+    ASSERT_TRUE(bench.is_ok()) << bench.status().to_string();
+    ChildProcess& p = **bench;
+    ASSERT_EQ(p.wait_exit(Deadline::after_ms(60'000)), 0) << p.output();
+    const std::string out = p.raw_output();
+    for (const std::string& line :
+         {std::string("over ") + transport + "; 5 images per shape",
+          std::string("EC transfer vs memcpy, per image"), std::string("16 x 256 (0.02 MiB)"),
+          std::string("64 x 256 (0.06 MiB)"), std::string("first fetch (HELLO"),
+          std::string("EC transfer / memcpy, 16 tokens: "),
+          std::string("EC transfer / memcpy, 64 tokens: "), std::string("fixed cost of a fetch"),
+          std::string("beyond it, 64 tokens: "), std::string("load average: ")}) {
+      EXPECT_NE(out.find(line), std::string::npos) << "no '" << line << "' in:\n" << out;
+    }
+    const bool is_shm = std::string(transport) == "shm";
+    EXPECT_EQ(out.find("target <= 2.0: ") != std::string::npos, is_shm) << out;
+    std::ifstream in(json_path);
+    ASSERT_TRUE(in.good()) << out;
+    json j = json::parse(in, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_EQ(j["ec_transport"], transport);
+    EXPECT_EQ(j["target_applies"].get<bool>(), is_shm);
+    ASSERT_EQ(j["shapes"].size(), 2u) << j.dump();
+    for (const json& s : j["shapes"]) {
+      EXPECT_EQ(s["num_bytes"].get<uint64_t>(), s["num_tokens"].get<uint64_t>() * 256 * 4);
+      EXPECT_EQ(s["fetch_seconds"]["samples"].size(), 5u);
+      EXPECT_EQ(s["memcpy_seconds"]["samples"].size(), 5u);
+      EXPECT_GT(s["fetch_seconds"]["best"].get<double>(), 0);
+      EXPECT_GT(s["memcpy_seconds"]["best"].get<double>(), 0);
+      EXPECT_GT(s["ratio_median"].get<double>(), 0);
+    }
+    EXPECT_GT(j["fixed_fetch_seconds"]["median"].get<double>(), 0);
+  }
+}
+
 TEST_F(BenchDisaggProcessTest, InterruptStopsEveryChildAndExits130) {
   auto bench = ChildProcess::start("bench", args(10000));
   ASSERT_TRUE(bench.is_ok()) << bench.status().to_string();
@@ -153,6 +196,11 @@ TEST_F(BenchDisaggProcessTest, BadFlagsAreRefusedBeforeAnythingStarts) {
       {{"bench", "disagg", "--model", model_, "--num-requests", "0"}, 2, "--num-requests"},
       {{"bench", "disagg", "--model", (dir_ / "no-such-model").string()}, 2, "does not exist"},
       {{"bench", "disagg", "--model", model_, "--no-such-flag", "1"}, 2, "no-such-flag"},
+      {{"bench", "disagg", "--encode", "--ec-transport", "pigeon"},
+       2,
+       "--ec-transport must be shm, tcp or ucx, got 'pigeon'"},
+      {{"bench", "disagg", "--encode", "--tokens", "256,x"}, 2, "--tokens expects"},
+      {{"bench", "disagg", "--encode", "--num-images", "0"}, 2, "--num-images must be"},
   };
   for (const Case& c : cases) {
     auto bench = ChildProcess::start("bench", c.args);
