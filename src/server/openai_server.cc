@@ -269,7 +269,14 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
 
 void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWriter> writer,
                                      bool chat) {
+  // Until ec_transfer_params is parsed below, a refusal also ends the encoder reservations the
+  // body names (best effort), so that refused requests do not hold the encoder's pool until
+  // their reservations expire.
+  bool ec_params_taken = false;
   auto fail = [&](const ApiError& e) {
+    if (!ec_params_taken) {
+      release_ec_params_of(request.body);
+    }
     send_json(*writer, e.http_status, dump_json(error_json(e)));
   };
   EngineClient* engine = engine_.load();
@@ -303,6 +310,7 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
 
   // EPD: the encoder outputs this request's images may take instead of encoding here.
   std::vector<EcItem> ec_items;
+  ec_params_taken = true;
   if (req.ec_transfer_params && ec_puller_ != nullptr) {
     auto parsed = ec_puller_->parse(*req.ec_transfer_params);
     if (!parsed.is_ok()) {
@@ -319,6 +327,9 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     return start_generation(request, std::move(writer), std::move(call), chat, {});
   }
   if (multimodal_ == nullptr) {
+    if (!ec_items.empty()) {
+      ec_puller_->release(ec_items);
+    }
     return fail(bad_request("the model `" + options_.served_model_name + "` does not take images",
                             "messages"));
   }
@@ -349,6 +360,24 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     }
     start_generation(*shared_request, writer, call, chat, std::move(prepared).value());
   });
+}
+
+void OpenAiServer::release_ec_params_of(const std::string& body) {
+  if (ec_puller_ == nullptr || body.find("ec_transfer_params") == std::string::npos) {
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return;
+  }
+  auto it = j.find("ec_transfer_params");
+  if (it == j.end() || !it->is_object()) {
+    return;
+  }
+  auto items = ec_puller_->parse(*it);
+  if (items.is_ok() && !items->empty()) {
+    ec_puller_->release(*items);
+  }
 }
 
 void OpenAiServer::handle_encode(const Request& request, std::shared_ptr<ResponseWriter> writer,

@@ -75,6 +75,9 @@ class OpenAiServer {
                         std::shared_ptr<net::http::ResponseWriter> writer,
                         std::shared_ptr<Call> call, bool chat, std::vector<PreparedImage> images);
   // --role encode: the whole answer to a generation request.
+  // Ends the encoder reservations that a refused request's ec_transfer_params name (best
+  // effort: nothing when the body or the params do not parse, or there is no EC consumer).
+  void release_ec_params_of(const std::string& body);
   void handle_encode(const net::http::Request& request,
                      std::shared_ptr<net::http::ResponseWriter> writer, std::shared_ptr<Call> call,
                      bool chat);

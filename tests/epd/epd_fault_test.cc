@@ -454,7 +454,7 @@ TEST_F(EpdFaultTest, SilentEncoderFailsThePullWithinTheTransferTimeout) {
 
 // (f) The proxy's call to E succeeds but P never pulls: P refuses the request before pulling
 // (a parameter E never sees), or P is down. E's reservation expires; P's blocks are free.
-TEST_F(EpdFaultTest, PrefillNeverPullsAndTheReservationExpires) {
+TEST_F(EpdFaultTest, PrefillRefusesOrNeverPullsAndTheReservationEnds) {
   ServeProcess encoder(model_args({"--role", "encode", "--ec-reservation-timeout-s", "1.5"}));
   ProxyProcess proxy({"--encode", url_of(encoder.port()), "--pd", url_of(pd_->port())});
   const int nobody = free_port();
@@ -467,15 +467,19 @@ TEST_F(EpdFaultTest, PrefillNeverPullsAndTheReservationExpires) {
   Reply refused = post_json(proxy.port(), bad);
   EXPECT_EQ(refused.status, 400) << refused.body.dump();
   EXPECT_TRUE(contains(message_of(refused), "top_logprobs")) << refused.body.dump();
+  // P refused the request before pulling: it ends the reservation at once, not by expiry.
+  EXPECT_EQ(wait_for_metric(encoder.port(), "crescent_ec_producer_reservations", 0, seconds(1)), 0);
+  EXPECT_LT(seconds_since(start), 1.4);
+  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_releases_total"), 1);
   Reply unreachable = post_json(to_nobody.port(), body_with({image(602)}));
   EXPECT_EQ(unreachable.status, 502) << unreachable.body.dump();
   EXPECT_TRUE(contains(message_of(unreachable), url_of(nobody))) << unreachable.body.dump();
   EXPECT_EQ(metric(encoder.port(), "crescent_encoder_images_total"), 2);
-  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_reservations"), 2);
+  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_reservations"), 1);
 
   expect_pool_at_baseline(encoder.port(), seconds(4), "P never pulled");
   EXPECT_LT(seconds_since(start), 4.0);
-  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_expired_reservations_total"), 2);
+  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_expired_reservations_total"), 1);
   EXPECT_EQ(metric(pd_->port(), "crescent_ec_images_pulled_total"), pulled);
   EXPECT_EQ(wait_for_metric(pd_->port(), "crescent_kv_cache_blocks_used", 0, seconds(2)), 0);
 
