@@ -312,8 +312,8 @@ void EcTransferBench::print_report() const {
   }
   const double fixed_s = bench::median(probe_.fetch_s);
   std::printf(
-      "  fixed cost of a fetch (a one-row tensor: ACQUIRE and RELEASE round trips, READ "
-      "submit): p50 %.3f ms, best %.3f ms\n",
+      "  fixed cost of a fetch (a one-row tensor: the READ's submit and completion, the "
+      "RELEASE round trip): p50 %.3f ms, best %.3f ms\n",
       fixed_s * 1e3, *std::min_element(probe_.fetch_s.begin(), probe_.fetch_s.end()) * 1e3);
   for (const ShapeFigures& f : shapes_) {
     double bytes_s = std::max(0.0, bench::median(f.fetch_s) - fixed_s);
@@ -324,7 +324,8 @@ void EcTransferBench::print_report() const {
         ratio(bytes_s, bench::median(f.memcpy_s)));
   }
   std::printf(
-      "  (fetch: EcConsumer::fetch() of one image: ACQUIRE, READ over %s, RELEASE; publish: "
+      "  (fetch: EcConsumer::fetch() of one image: READ at the ref's location over %s, then "
+      "RELEASE confirming the reservation held; publish: "
       "allocate + write + reserve; memcpy: the same bytes just written, into the fetch's "
       "destination; memcpy*: into new page-touched shared buffers, bench disagg's KV "
       "baseline)\n",

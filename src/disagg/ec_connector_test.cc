@@ -324,6 +324,119 @@ TEST_P(EcConnectorTest, UnpulledReservationExpiresAndItsBytesReturn) {
   EXPECT_NE(s.message().find("enc-a"), std::string::npos) << s.to_string();
 }
 
+TEST_P(EcConnectorTest, NormalPathReadsAtTheRefsLocationWithoutAcquire) {
+  EcProducerOptions o = producer_options(GetParam(), "enc-a");
+  std::atomic<int> num_acquired{0};
+  o.on_acquired = [&](uint64_t) { num_acquired.fetch_add(1); };
+  auto producer = make_producer(o);
+  auto consumer = make_consumer(GetParam());
+  std::vector<EcTensorRef> refs = {publish(*producer, "a", 1, 10), publish(*producer, "b", 2, 20),
+                                   publish(*producer, "c", 3, 30)};
+  for (const EcTensorRef& r : refs) {
+    EXPECT_TRUE(r.has_location);
+    EXPECT_NE(r.instance, 0u);
+  }
+  std::vector<float> a(10 * kHidden), b(20 * kHidden), c(30 * kHidden);
+  std::vector<std::span<float>> dsts = {a, b, c};
+  ASSERT_TRUE(consumer->fetch(refs, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(a, 1) && has_values(b, 2) && has_values(c, 3));
+  EcProducerMetrics m = producer->metrics();
+  EXPECT_EQ(num_acquired.load(), 0);
+  EXPECT_EQ(m.num_acquires_served, 0u);
+  EXPECT_EQ(m.num_pulls_served, 3u);
+  EXPECT_EQ(m.num_bytes_served, 60u * kHidden * 4);
+  EXPECT_EQ(m.num_reservations, 0);
+  EXPECT_EQ(m.num_releases, 3u);
+
+  // A ref without a location (an older encoder's) still works, through EC_ACQUIRE, in the
+  // same call as a located one.
+  std::vector<EcTensorRef> mixed = {publish(*producer, "a", 4, 10), publish(*producer, "d", 5, 5)};
+  mixed[1].has_location = false;
+  std::vector<float> d(5 * kHidden);
+  std::vector<std::span<float>> mixed_dsts = {a, d};
+  ASSERT_TRUE(consumer->fetch(mixed, mixed_dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(a, 1) && has_values(d, 5));
+  m = producer->metrics();
+  EXPECT_EQ(num_acquired.load(), 1);
+  EXPECT_EQ(m.num_acquires_served, 1u);
+  EXPECT_EQ(m.num_pulls_served, 5u);
+  EXPECT_EQ(m.num_reservations, 0);
+  EXPECT_NE(producer->render_metrics("m").find(
+                "crescent_ec_producer_acquires_total{model_name=\"m\"} 1\n"),
+            std::string::npos);
+}
+
+// The reservation expires before the READ and another image takes its bytes: the READ gets
+// the other image's bytes, and EC_RELEASED (was_held false) must fail the fetch.
+TEST_P(EcConnectorTest, ReadOfAnExpiredReservationFailsInsteadOfReturningReusedBytes) {
+  EcProducerOptions o = producer_options(GetParam(), "enc-a");
+  o.pool_bytes = 64 << 10;
+  o.reservation_timeout = milliseconds(100);
+  auto producer = make_producer(o);
+  EcTensorRef stale = publish(*producer, "img", 1, 256);  // the whole pool
+  ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
+  EcTensorRef next = publish(*producer, "next", 2, 256);  // the same bytes, reused
+  ASSERT_EQ(next.offset, stale.offset);
+  ASSERT_FALSE(producer->holds("img"));
+  auto consumer = make_consumer(GetParam());
+  std::vector<float> dst(256 * kHidden, -1.0f);
+  std::vector<std::span<float>> dsts = {dst};
+  Status s = consumer->fetch({&stale, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.to_string();
+  EXPECT_NE(s.message().find("expired"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("enc-a"), std::string::npos) << s.to_string();
+  EXPECT_EQ(consumer->metrics().num_failures, 1u);
+  EcProducerMetrics m = producer->metrics();
+  EXPECT_EQ(m.num_pulls_served, 0u);
+  EXPECT_EQ(m.num_reservations, 1);  // next's reservation is untouched
+  // The live reservation still serves.
+  ASSERT_TRUE(consumer->fetch({&next, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(dst, 2));
+}
+
+// A located release is confirmed only for this producer instance and the entry's location
+// (a restarted encoder counts reservation ids from the start again).
+TEST_P(EcConnectorTest, LocatedReleaseOfAnotherInstanceOrLocationIsNotHeld) {
+  auto producer = make_producer(producer_options(GetParam(), "enc-a"));
+  auto consumer = make_consumer(GetParam());
+  EcTensorRef ref = publish(*producer, "img", 1, 4);
+  std::vector<float> dst(4 * kHidden);
+  std::vector<std::span<float>> dsts = {dst};
+  EcTensorRef other_instance = ref;
+  other_instance.instance = ref.instance == 1 ? 2 : ref.instance - 1;
+  Status s = consumer->fetch({&other_instance, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.to_string();
+  EcTensorRef other_offset = ref;
+  other_offset.offset += 64;
+  s = consumer->fetch({&other_offset, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.to_string();
+  EXPECT_EQ(producer->metrics().num_reservations, 1);  // not ended by a release not its own
+  ASSERT_TRUE(consumer->fetch({&ref, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(dst, 1));
+  EXPECT_EQ(producer->metrics().num_reservations, 0);
+}
+
+// A location outside every region the encoder has: the READ fails cleanly.
+TEST_P(EcConnectorTest, ReadOfARegionTheEncoderDoesNotHaveFails) {
+  auto producer = make_producer(producer_options(GetParam(), "enc-a"));
+  auto consumer = make_consumer(GetParam());
+  EcTensorRef ref = publish(*producer, "img", 1, 4);
+  EcTensorRef bad = ref;
+  bad.region_id += 1000;
+  std::vector<float> dst(4 * kHidden);
+  std::vector<std::span<float>> dsts = {dst};
+  Status s = consumer->fetch({&bad, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("enc-a"), std::string::npos) << s.to_string();
+  // The failed fetch released the reservation (EC_RELEASE queued before closing).
+  EXPECT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
+  EXPECT_EQ(producer->metrics().num_pulls_served, 0u);
+  // The consumer recovers (a new connection, the segment reopened).
+  EcTensorRef good = publish(*producer, "img", 1, 4);
+  ASSERT_TRUE(consumer->fetch({&good, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(dst, 1));
+}
+
 TEST_P(EcConnectorTest, ReleaseOfUnknownIdIsNotFound) {
   auto producer = make_producer(producer_options(GetParam(), "enc-a"));
   EXPECT_EQ(producer->release(12345).code(), StatusCode::kNotFound);
@@ -378,6 +491,7 @@ TEST_P(EcConnectorTest, DestroyedProducerFailsTheFetchWithinItsDeadline) {
   auto producer = make_producer(o);
   auto consumer = make_consumer(GetParam());
   EcTensorRef ref = publish(*producer, "img", 1, 1024);
+  ref.has_location = false;  // the EC_ACQUIRE path, where on_acquired can hold the producer
   std::vector<float> dst(1024 * kHidden);
   auto start = Clock::now();
   auto fetched = std::async(std::launch::async, [&] {

@@ -344,20 +344,28 @@ Status EcConsumer::Impl::pull(Connection& conn, std::span<const EcTensorRef> ref
   const std::string& addr = refs[indices[0]].worker_addr;
   ASSIGN_OR_RETURN(transfer::PeerId peer, segment_for(conn, addr, deadline));
   std::map<uint64_t, size_t> slot_of;  // reservation id -> position in indices
+  std::vector<transfer::TransferOp> ops(indices.size());
+  size_t num_acquiring = 0;
   for (size_t k = 0; k < indices.size(); ++k) {
     const EcTensorRef& r = refs[indices[k]];
     slot_of[r.reservation_id] = k;
+    if (r.has_location) {
+      // Read at once; the located EC_RELEASE below says whether the bytes were stable.
+      ops[k] = transfer::TransferOp{transfer::OpKind::kRead, dsts[indices[k]].data(),
+                                    transfer::RegionId(r.region_id), r.offset, r.num_bytes};
+      continue;
+    }
+    ++num_acquiring;
     conn.send(MessageType::kAcquire,
               ec_protocol::encode(ec_protocol::Acquire{r.reservation_id, r.mm_hash, r.num_bytes}));
   }
-  std::vector<transfer::TransferOp> ops(indices.size());
   Status first_failure;
-  for (size_t n = 0; n < indices.size(); ++n) {
+  for (size_t n = 0; n < num_acquiring; ++n) {
     ASSIGN_OR_RETURN(net::Frame f, conn.next(deadline));
     if (f.type == static_cast<uint16_t>(MessageType::kAcquired)) {
       ASSIGN_OR_RETURN(auto m, ec_protocol::decode_acquired(f.payload));
       auto it = slot_of.find(m.reservation_id);
-      if (it == slot_of.end())
+      if (it == slot_of.end() || refs[indices[it->second]].has_location)
         return data_loss(conn.name() + " acquired a reservation that was not asked for");
       const size_t k = it->second;
       const EcTensorRef& r = refs[indices[k]];
@@ -396,10 +404,17 @@ Status EcConsumer::Impl::pull(Connection& conn, std::span<const EcTensorRef> ref
       return deadline_exceeded("reading from " + conn.name() + ": " + why.message());
     return unavailable("reading from " + conn.name() + ": " + why.message());
   }
+  // Every release at once: one round trip for the group, whatever its size.
   for (size_t i : indices) {
     const EcTensorRef& r = refs[i];
-    conn.send(MessageType::kRelease,
-              ec_protocol::encode(ec_protocol::Release{r.reservation_id, r.mm_hash}));
+    ec_protocol::Release release{r.reservation_id, r.mm_hash};
+    if (r.has_location) {
+      release.has_location = true;
+      release.instance = r.instance;
+      release.region_id = r.region_id;
+      release.offset = r.offset;
+    }
+    conn.send(MessageType::kRelease, ec_protocol::encode(release));
   }
   for (size_t n = 0; n < indices.size(); ++n) {
     auto f = conn.next(deadline);
@@ -415,13 +430,28 @@ Status EcConsumer::Impl::pull(Connection& conn, std::span<const EcTensorRef> ref
     auto it = slot_of.find(m.reservation_id);
     if (it == slot_of.end())
       return data_loss(conn.name() + " released a reservation that was not asked for");
+    if ((*released)[it->second])
+      return data_loss(conn.name() + " released reservation " + std::to_string(m.reservation_id) +
+                       " twice");
     (*released)[it->second] = true;
-    if (!m.was_held) {
+    if (m.was_held)
+      continue;
+    const EcTensorRef& r = refs[indices[it->second]];
+    if (!r.has_location) {
       return data_loss(conn.name() + " no longer held reservation " +
                        std::to_string(m.reservation_id) + " when it was released");
     }
+    // Not pinned: the reservation ended before the READ was confirmed, so the entry may have
+    // been evicted and its bytes reused during the READ. Read the other answers (the
+    // connection stays in step), then fail.
+    if (first_failure.is_ok()) {
+      first_failure = not_found(
+          conn.name() + ": reservation " + std::to_string(m.reservation_id) + " of " + r.mm_hash +
+          " expired or was released before the read was confirmed (or was published by an "
+          "earlier instance of the encoder); its bytes are not used");
+    }
   }
-  return Status::ok();
+  return first_failure;
 }
 
 Status EcConsumer::Impl::fetch_group(std::span<const EcTensorRef> refs,

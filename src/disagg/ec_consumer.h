@@ -6,9 +6,13 @@
 // Per encoder (refs are grouped by worker_addr, groups run concurrently): take an idle control
 // connection to it or open one (EC_HELLO -> EC_HELLO_OK with the encoder's transfer segment;
 // EC_REFUSED on a compat mismatch), open the encoder's segment (cached per encoder, reopened
-// when its descriptor changes or a READ fails), EC_ACQUIRE every ref (pins it), READ them in
-// one batch, EC_RELEASE every ref and wait for EC_RELEASED. The bytes count only once
-// EC_RELEASED arrived on the connection that acquired them (the pin held for the whole READ).
+// when its descriptor changes or a READ fails), READ every ref in one batch at the pool
+// location the ref carries, then EC_RELEASE every ref at once (with that location) and wait
+// for the EC_RELEASED answers. A ref's bytes count only if its EC_RELEASED says was_held: the
+// reservation was still live after the READ, so its entry was never evicted or rewritten
+// during it (ec_protocol.h has the argument); was_held false fails the fetch with NotFound. A
+// ref without a location (an older encoder) is EC_ACQUIREd first (pinned for this connection,
+// answered with its location) and then read and released the same way.
 // A clean connection goes back to the idle set (at most max_idle_connections per encoder,
 // kept alive by heartbeats); one that failed is closed gracefully after queuing EC_RELEASE for
 // every ref not yet released, and the encoder releases whatever that connection pinned when

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -38,6 +39,14 @@ void send(ControlChannel& ch, MessageType type, std::string payload) {
   ch.send(static_cast<protocol::MessageType>(type), std::move(payload));
 }
 
+// Random, so that a restarted encoder (same engine id and address, reservation ids counted
+// from the start again) never confirms a ref that an earlier instance published.
+uint64_t new_instance_id() {
+  std::random_device rd;
+  const uint64_t v = ((uint64_t{rd()} << 32) | rd()) & kMaxEcInstance;
+  return v == 0 ? 1 : v;
+}
+
 int64_t unix_ms_after(std::chrono::milliseconds d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              (std::chrono::system_clock::now() + d).time_since_epoch())
@@ -49,7 +58,9 @@ int64_t unix_ms_after(std::chrono::milliseconds d) {
 class EcProducer::Impl {
  public:
   explicit Impl(EcProducerOptions options)
-      : options_(std::move(options)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      : options_(std::move(options)),
+        instance_(new_instance_id()),
+        wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
     CRESCENT_CHECK(wake_fd_.is_valid()) << "eventfd failed";
   }
   ~Impl() { shutdown(); }
@@ -102,6 +113,7 @@ class EcProducer::Impl {
   void remember_expired_locked(uint64_t ref_id);
 
   EcProducerOptions options_;
+  const uint64_t instance_;  // refs' "instance"
   transfer::SharedBuffer memory_;
   std::unique_ptr<transfer::TransferEngine> engine_;
   transfer::RegionId region_;
@@ -125,6 +137,7 @@ class EcProducer::Impl {
   uint64_t num_publishes_ = 0;                                      // GUARDED_BY(mu_)
   uint64_t num_cache_hits_ = 0;                                     // GUARDED_BY(mu_)
   uint64_t num_pulls_served_ = 0;                                   // GUARDED_BY(mu_)
+  uint64_t num_acquires_served_ = 0;                                // GUARDED_BY(mu_)
   uint64_t num_bytes_served_ = 0;                                   // GUARDED_BY(mu_)
   uint64_t num_releases_ = 0;                                       // GUARDED_BY(mu_)
   uint64_t num_refusals_ = 0;                                       // GUARDED_BY(mu_)
@@ -399,6 +412,10 @@ Result<EcTensorRef> EcProducer::Impl::publish(const std::string& mm_hash, int64_
     ref.dtype = "float32";
     ref.num_bytes = num_bytes;
     ref.expires_at_unix_ms = unix_ms_after(options_.reservation_timeout);
+    ref.has_location = true;
+    ref.region_id = region_.value();
+    ref.offset = r->offset;
+    ref.instance = instance_;
     return ref;
   }
 }
@@ -567,6 +584,7 @@ void EcProducer::Impl::handle_acquire_locked(Peer& peer, const ec_protocol::Acqu
     peer.pulling.insert(m.reservation_id);
   }
   ++num_pulls_served_;
+  ++num_acquires_served_;
   num_bytes_served_ += r.num_bytes;
   send(ch, MessageType::kAcquired,
        ec_protocol::encode(
@@ -576,7 +594,18 @@ void EcProducer::Impl::handle_acquire_locked(Peer& peer, const ec_protocol::Acqu
 void EcProducer::Impl::handle_release_locked(Peer& peer, const ec_protocol::Release& m) {
   auto it = reservations_.find(m.reservation_id);
   bool was_held = false;
-  if (it != reservations_.end() && it->second.mm_hash == m.mm_hash) {
+  // A located release confirms a READ made without EC_ACQUIRE: held only if the reservation
+  // is this instance's and its entry lies where the consumer read. Under mu_, the map and the
+  // pool agree (expiry erases both), so a reservation found here has been live, its entry
+  // unmoved, since publish.
+  const bool is_there =
+      !m.has_location || (m.instance == instance_ && m.region_id == region_.value() &&
+                          it != reservations_.end() && m.offset == it->second.offset);
+  if (it != reservations_.end() && it->second.mm_hash == m.mm_hash && is_there) {
+    if (m.has_location && it->second.channel_id == 0) {
+      ++num_pulls_served_;
+      num_bytes_served_ += it->second.num_bytes;
+    }
     end_reservation_locked(it);
     was_held = true;
   }
@@ -626,6 +655,7 @@ EcProducerMetrics EcProducer::Impl::metrics() const {
   m.num_evictions = static_cast<uint64_t>(s.num_evictions);
   m.num_expired_reservations = static_cast<uint64_t>(s.num_expired_reservations);
   m.num_pulls_served = num_pulls_served_;
+  m.num_acquires_served = num_acquires_served_;
   m.num_bytes_served = num_bytes_served_;
   m.num_releases = num_releases_;
   m.num_refusals = num_refusals_;
@@ -664,6 +694,9 @@ std::string EcProducer::Impl::render_metrics(const std::string& model_name) cons
   counter("expired_reservations_total", "Reservations that expired unpulled.",
           m.num_expired_reservations);
   counter("pulls_total", "Tensors pulled by consumers.", m.num_pulls_served);
+  counter("acquires_total",
+          "Pulls that took the EC_ACQUIRE round trip (refs without a pool location).",
+          m.num_acquires_served);
   counter("pulled_bytes_total", "Bytes pulled by consumers.", m.num_bytes_served);
   counter("releases_total", "Reservations released (by consumers or a closed pull).",
           m.num_releases);

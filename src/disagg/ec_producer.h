@@ -6,13 +6,16 @@
 //
 // publish(mm_hash, ...) finds the image's embeddings in the pool or allocates room and lets the
 // caller encode straight into it, then reserves the entry for ONE consumer and returns the
-// EcTensorRef that travels in ec_transfer_params. Identical images (same mm_hash) are encoded
-// once: concurrent publishes wait for the one writer, and every publish gets its own
-// reservation. Reservation lifecycle:
+// EcTensorRef that travels in ec_transfer_params, with the entry's location (region, offset,
+// and this producer's random instance id) so that the consumer READs without EC_ACQUIRE. Identical
+// images (same mm_hash) are encoded once: concurrent publishes wait for the one writer, and every
+// publish gets its own reservation. Reservation lifecycle:
 //   reserved (deadline = now + reservation_timeout; expires unpulled, the bytes return)
-//   -> pulling (a consumer's connection sent EC_ACQUIRE: pinned, no deadline, while that
-//      connection lives)
+//   -> [pulling (old path only: a consumer's connection sent EC_ACQUIRE: pinned, no
+//      deadline, while that connection lives)]
 //   -> gone (EC_RELEASE, release(), expiry, or the pulling connection closed).
+// The normal path never pins: the consumer READs the reserved entry, then EC_RELEASE says
+// whether the reservation was still live (was_held), which proves the READ saw stable bytes.
 // An entry with a reservation, or being written, is never evicted (EcTensorPool). A publish
 // that cannot fit without evicting one is ResourceExhausted at once, or after waiting up to
 // full_pool_wait for releases and expiries.
@@ -69,7 +72,10 @@ struct EcProducerMetrics {
   uint64_t num_cache_hits = 0;  // publishes that skipped `write`
   uint64_t num_evictions = 0;
   uint64_t num_expired_reservations = 0;
-  uint64_t num_pulls_served = 0;  // EC_ACQUIREs answered with EC_ACQUIRED
+  // Tensors pulled: EC_ACQUIREs answered with EC_ACQUIRED, plus located EC_RELEASEs that
+  // confirmed a READ (was_held).
+  uint64_t num_pulls_served = 0;
+  uint64_t num_acquires_served = 0;  // of those, by EC_ACQUIRE (refs without a location)
   uint64_t num_bytes_served = 0;
   uint64_t num_releases = 0;  // reservations ended by EC_RELEASE, release() or a closed pull
   uint64_t num_refusals = 0;  // publishes refused for space (ResourceExhausted)

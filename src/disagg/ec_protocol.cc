@@ -105,6 +105,18 @@ Status validate_ec_tensor_ref(const EcTensorRef& ref, std::string_view where) {
   }
   if (ref.expires_at_unix_ms < 0)
     return bad_field(where, "expires_at_unix_ms", "must not be negative");
+  if (ref.has_location) {
+    if (is_disk_ref(ref))
+      return bad_field(where, "region", "a disk connector's item has no pool location");
+    if (ref.region_id < 0)
+      return bad_field(where, "region", "must be a non-negative integer");
+    if (ref.offset + ref.num_bytes < ref.offset)
+      return bad_field(where, "offset", "offset + num_bytes overflows");
+    if (ref.instance == 0 || ref.instance > kMaxEcInstance) {
+      return bad_field(where, "instance",
+                       "must be 1.." + std::to_string(kMaxEcInstance) + " with a location");
+    }
+  }
   return Status::ok();
 }
 
@@ -124,6 +136,11 @@ nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items) {
                     {"dtype", r.dtype},
                     {"num_bytes", r.num_bytes},
                     {"expires_at_unix_ms", r.expires_at_unix_ms}});
+    if (r.has_location) {
+      list.back()["region"] = r.region_id;
+      list.back()["offset"] = r.offset;
+      list.back()["instance"] = r.instance;
+    }
   }
   return nlohmann::json{{"items", std::move(list)}};
 }
@@ -188,6 +205,26 @@ Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& 
     if (expires > static_cast<uint64_t>(INT64_MAX))
       return bad_field(where, "expires_at_unix_ms", "out of range");
     ref.expires_at_unix_ms = static_cast<int64_t>(expires);
+    // The location is optional (older encoders omit it), but all or nothing.
+    const bool has_region = item.contains("region");
+    const bool has_offset = item.contains("offset");
+    const bool has_instance = item.contains("instance");
+    if (has_region || has_offset || has_instance) {
+      if (!has_region)
+        return bad_field(where, "region", "missing (offset or instance is present)");
+      if (!has_offset)
+        return bad_field(where, "offset", "missing (region or instance is present)");
+      if (!has_instance)
+        return bad_field(where, "instance", "missing (region or offset is present)");
+      uint64_t region = 0;
+      RETURN_IF_ERROR(get_unsigned("region", &region));
+      if (region > static_cast<uint64_t>(INT64_MAX))
+        return bad_field(where, "region", "out of range");
+      ref.has_location = true;
+      ref.region_id = static_cast<int64_t>(region);
+      RETURN_IF_ERROR(get_unsigned("offset", &ref.offset));
+      RETURN_IF_ERROR(get_unsigned("instance", &ref.instance));
+    }
     RETURN_IF_ERROR(validate_ec_tensor_ref(ref, where));
     refs.push_back(std::move(ref));
   }
@@ -408,6 +445,11 @@ std::string encode(const Release& m) {
   ByteWriter w;
   w.u64(m.reservation_id);
   w.bytes(m.mm_hash);
+  if (m.has_location) {
+    w.u64(m.instance);
+    w.i64(m.region_id);
+    w.u64(m.offset);
+  }
   return w.take();
 }
 
@@ -416,10 +458,21 @@ Result<Release> decode_release(std::string_view payload) {
   Release m;
   m.reservation_id = r.u64();
   m.mm_hash = r.bytes(kMaxIdBytes);
+  // Without a location it ends here (what older consumers send).
+  if (r.ok() && r.remaining() > 0) {
+    m.has_location = true;
+    m.instance = r.u64();
+    m.region_id = r.i64();
+    m.offset = r.u64();
+  }
   RETURN_IF_ERROR(r.finish("EC_RELEASE"));
   if (m.reservation_id == 0)
     return bad("EC_RELEASE", "reservation_id 0");
   RETURN_IF_ERROR(protocol::validate_id(m.mm_hash, "EC_RELEASE mm_hash"));
+  if (m.has_location && (m.instance == 0 || m.instance > kMaxEcInstance))
+    return bad("EC_RELEASE", "instance out of range");
+  if (m.has_location && m.region_id < 0)
+    return bad("EC_RELEASE", "negative region id");
   return m;
 }
 

@@ -12,20 +12,37 @@
 //   C -> P  EC_HELLO       {version, EcCompat, consumer name, heartbeat interval}
 //   P -> C  EC_HELLO_OK    {version, engine_id, transfer segment descriptor}
 //        or EC_REFUSED     {kind, reason naming both sides}, then P closes
+// Normal path, a ref with a location (region, offset, instance; every ref this version
+// publishes): no ACQUIRE round trip.
+//   C: READ [offset, +num_bytes) of the region through the transfer engine, for every ref of
+//      the group in one batch
+//   C -> P  EC_RELEASE     {reservation_id, mm_hash, instance, region id, offset}, for every
+//                          ref at once (pipelined)
+//   P -> C  EC_RELEASED    {reservation_id, was_held}: was_held = the reservation was live, at
+//                          that location of this producer instance, and this release ended it
+// Why the bytes are then sound: a reserved entry is never evicted or rewritten while any
+// reservation on it is live (EcTensorPool), a ref is published only after its entry was
+// written, and a reservation id is never reissued by one producer instance (the instance id,
+// random per EcProducer, tells a restarted encoder on the same address apart). So a
+// reservation still live at RELEASE, sent after the READ completed, was live during the whole
+// READ, and the bytes read were the entry's. was_held false (expired, released, unknown,
+// another instance) fails that ref with NotFound, and the caller falls back; the bytes already
+// in its destination are not used.
+// Old path, a ref without a location (older encoders): pin first, then read.
 //   C -> P  EC_ACQUIRE     {reservation_id, mm_hash, num_bytes}
 //   P -> C  EC_ACQUIRED    {reservation_id, region id, offset, num_bytes}: the reservation is
 //                          pinned ("pulling") for this connection: it does not expire while the
 //                          connection lives
 //        or EC_ACQUIRE_FAILED {reservation_id, reason (not found / expired / mismatch /
 //                          busy), message}
-//   C: READ [offset, +num_bytes) of the region through the transfer engine
-//   C -> P  EC_RELEASE     {reservation_id, mm_hash}   (also valid without a prior ACQUIRE)
-//   P -> C  EC_RELEASED    {reservation_id, was_held}
+//   C: READ, then EC_RELEASE {reservation_id, mm_hash} -> EC_RELEASED {reservation_id,
+//      was_held}, which must be true (the pin held for the whole READ).
+// EC_RELEASE without a location is also how a consumer gives up reservations it never read.
 //   C -> P  HEARTBEAT / P -> C HEARTBEAT_ACK: the KV protocol's frames (types 9, 10), which
 //           ControlChannel sends; either side drops the connection after 3 silent intervals.
-// A connection that closes releases every reservation it acquired. The consumer trusts the
-// bytes it READ only after EC_RELEASED arrived on the same connection: that proves the pin
-// held for the whole READ.
+// A connection that closes releases every reservation it acquired (not those it only read:
+// they expire, or the consumer's EC_RELEASE queued before closing ends them). The consumer
+// trusts the bytes it READ only after EC_RELEASED (was_held) arrived on the same connection.
 // Message type numbers (101..108) differ from the KV protocol's, so a peer speaking the other
 // protocol is refused with a clear "unexpected message".
 //
@@ -56,20 +73,31 @@ struct EcTensorRef {
   std::string dtype = "float32";
   uint64_t num_bytes = 0;          // product(shape) * 4
   int64_t expires_at_unix_ms = 0;  // the reservation's deadline (wall clock, for humans/proxy)
+  // Where the tensor lies in the encoder's pool, valid only at the producer instance that
+  // published it. Absent (false) in refs of older encoders: the consumer sends EC_ACQUIRE.
+  bool has_location = false;
+  int64_t region_id = 0;  // "region": the pool's transfer region id at the encoder
+  uint64_t offset = 0;    // "offset": bytes into that region
+  uint64_t instance = 0;  // "instance": the publishing EcProducer's random id, 1..kMaxEcInstance
 };
 
 inline constexpr size_t kMaxEcItems = 1024;               // images per request
 inline constexpr int64_t kMaxEcTokensPerImage = 1 << 20;  // shape[0]
 inline constexpr int64_t kMaxEcHiddenSize = 1 << 16;      // shape[1]
+// Instance ids stay exact in a JSON double.
+inline constexpr uint64_t kMaxEcInstance = (uint64_t{1} << 53) - 1;
 
 // {"items":[{"mm_hash":..., "engine_id":..., "worker_addr":..., "bootstrap_addr":...,
 // "reservation_id":..., "shape":[t,h], "dtype":"float32", "num_bytes":...,
-// "expires_at_unix_ms":...}]}
+// "expires_at_unix_ms":..., "region":..., "offset":..., "instance":...}]}
+// (region, offset and instance only when the ref has a location)
 nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items);
 // Strict: every field above must be present with the right type and range (bootstrap_addr may
-// be empty; unknown keys are ignored; worker_addr is "tcp://HOST:PORT" or, for the disk
-// connector, "file://" + an absolute directory, and then mm_hash must be a safe file name:
-// letters, digits, '-' and '_' only). InvalidArgument naming the bad field, e.g.
+// be empty; region, offset and instance are all present or all absent, and then region is a
+// non-negative integer, offset + num_bytes does not overflow, instance is 1..kMaxEcInstance,
+// and the ref is not a disk connector's; unknown keys are ignored; worker_addr is "tcp://HOST:PORT"
+// or, for the disk connector, "file://" + an absolute directory, and then mm_hash must be a safe
+// file name: letters, digits, '-' and '_' only). InvalidArgument naming the bad field, e.g.
 // "ec_transfer_params.items[1].shape: must be [num_tokens, hidden_size] of positive integers".
 Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& j);
 // The checks of one item (what parse applies), for refs built in code. `where` prefixes the
@@ -163,11 +191,20 @@ struct AcquireFailed {
 struct Release {
   uint64_t reservation_id = 0;
   std::string mm_hash;
+  // The consumer READ the ref's location without EC_ACQUIRE: the producer answers was_held
+  // only if the reservation is this instance's and lies there. Encoded only when set.
+  bool has_location = false;
+  uint64_t instance = 0;
+  int64_t region_id = 0;
+  uint64_t offset = 0;
 };
 
 struct Released {
   uint64_t reservation_id = 0;
-  bool was_held = false;  // false: it had already ended (expired, released)
+  // true: the reservation was live (and, for a located release, at that location of this
+  // instance) and this release ended it; false: it had already ended (expired, released) or
+  // never was.
+  bool was_held = false;
 };
 
 std::string encode(const Hello& m);

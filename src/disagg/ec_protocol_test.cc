@@ -50,6 +50,76 @@ TEST(EcTransferParamsTest, RoundTrip) {
   EXPECT_TRUE(parse_ec_transfer_params(nlohmann::json{{"items", nlohmann::json::array()}}).is_ok());
 }
 
+TEST(EcTransferParamsTest, LocationRoundTripsAndIsAllOrNothing) {
+  EcTensorRef ref = good_ref(0);
+  ref.has_location = true;
+  ref.region_id = 3;
+  ref.offset = 4096;
+  ref.instance = kMaxEcInstance;
+  nlohmann::json j = nlohmann::json::parse(ec_transfer_params_to_json({&ref, 1}).dump());
+  auto parsed = parse_ec_transfer_params(j);
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_TRUE((*parsed)[0].has_location);
+  EXPECT_EQ((*parsed)[0].region_id, 3);
+  EXPECT_EQ((*parsed)[0].offset, 4096u);
+  EXPECT_EQ((*parsed)[0].instance, kMaxEcInstance);
+  // Without one (an older encoder): has_location false, and no keys written.
+  EcTensorRef plain = good_ref(1);
+  nlohmann::json pj = ec_transfer_params_to_json({&plain, 1});
+  EXPECT_FALSE(pj["items"][0].contains("region"));
+  auto plain_parsed = parse_ec_transfer_params(pj);
+  ASSERT_TRUE(plain_parsed.is_ok());
+  EXPECT_FALSE((*plain_parsed)[0].has_location);
+
+  struct Case {
+    std::string field;
+    std::function<void(nlohmann::json&)> mutate;
+  };
+  std::vector<Case> cases = {
+      {"region", [](nlohmann::json& i) { i.erase("region"); }},
+      {"offset", [](nlohmann::json& i) { i.erase("offset"); }},
+      {"instance", [](nlohmann::json& i) { i.erase("instance"); }},
+      {"region", [](nlohmann::json& i) { i["region"] = -1; }},
+      {"region", [](nlohmann::json& i) { i["region"] = "3"; }},
+      {"offset", [](nlohmann::json& i) { i["offset"] = 1.5; }},
+      {"offset", [](nlohmann::json& i) { i["offset"] = UINT64_MAX; }},
+      {"instance", [](nlohmann::json& i) { i["instance"] = 0; }},
+      {"instance", [](nlohmann::json& i) { i["instance"] = kMaxEcInstance + 1; }},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = j;
+    c.mutate(bad["items"][0]);
+    auto r = parse_ec_transfer_params(bad);
+    ASSERT_FALSE(r.is_ok()) << c.field << ": " << bad.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("ec_transfer_params.items[0]." + c.field),
+              std::string::npos)
+        << r.status().to_string();
+  }
+}
+
+TEST(EcProtocolTest, ReleaseWithAndWithoutLocation) {
+  using namespace ec_protocol;
+  auto plain = decode_release(encode(Release{7, "h"}));
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_FALSE(plain->has_location);
+  Release located{7, "h", true, 42, 2, 128};
+  auto back = decode_release(encode(located));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->has_location);
+  EXPECT_EQ(back->instance, 42u);
+  EXPECT_EQ(back->region_id, 2);
+  EXPECT_EQ(back->offset, 128u);
+  const std::string full = encode(located);
+  EXPECT_EQ(decode_release(full.substr(0, full.size() - 1)).status().code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(decode_release(full + "x").is_ok());
+  located.instance = 0;
+  EXPECT_EQ(decode_release(encode(located)).status().code(), StatusCode::kInvalidArgument);
+  located.instance = 1;
+  located.region_id = -1;
+  EXPECT_EQ(decode_release(encode(located)).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EcTransferParamsTest, EachBadFieldIsRefusedByName) {
   using json = nlohmann::json;
   struct Case {
