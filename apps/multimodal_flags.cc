@@ -108,6 +108,9 @@ Result<std::shared_ptr<const server::MultimodalProcessor>> MultimodalFlags::make
         "--max-image-pixels, --max-image-mb and --remote-media-timeout-s must be positive");
   }
   options.max_image_pixels = max_image_pixels;
+  // Without a vision tower (--role decode) the pixels would never be encoded: only mm_hash and
+  // the grid are needed, and the resize is the costly part of preparing an image.
+  options.needs_pixel_values = loaded.is_multimodal();
   options.fetch.allowed_local_media_path = allowed_local_media_path;
   options.fetch.allow_remote = allow_remote_media;
   options.fetch.max_image_bytes = max_image_mb << 20;

@@ -55,6 +55,8 @@
 #   DEMO_E_CPUS DEMO_P_CPUS DEMO_D_CPUS: taskset lists (default: D gets the last CPU; E and P
 #       share the others, split in two when there are at least two)
 #   DEMO_EC_TRANSPORT (shm)  DEMO_KV_TRANSPORT (shm)
+#   DEMO_FRONT_CPUS (unpinned): taskset list for the proxy and the benchmark client (the client
+#       runs under it against both set-ups)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -300,12 +302,14 @@ if ((long_input_len > 0)); then
              --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
 fi
 
+# What the benchmark client runs under (the epd mode may pin it with DEMO_FRONT_CPUS).
+bench_prefix=()
 # bench LABEL FILE_STEM PORT: the benchmark against 127.0.0.1:PORT, watching every process.
 bench() {
   local label="$1" stem="$2" port="$3" rc=0 long_pid=""
   local url="http://127.0.0.1:$port"
   echo "== benchmark $label: crescent bench serve --base-url $url ${bench_args[*]} --label $label --save-result $stem.json"
-  "$bin" bench serve --base-url "$url" "${bench_args[@]}" --label "$label" \
+  "${bench_prefix[@]}" "$bin" bench serve --base-url "$url" "${bench_args[@]}" --label "$label" \
     --save-result "$run_dir/$stem.json" > "$run_dir/bench-$stem.log" 2>&1 &
   local bench_pid=$!
   stage="the $label benchmark"
@@ -379,6 +383,10 @@ if [[ "$mode" == epd ]]; then
     fi
   fi
   e_cpus="${DEMO_E_CPUS:-$e_cpus}" p_cpus="${DEMO_P_CPUS:-$p_cpus}" d_cpus="${DEMO_D_CPUS:-$d_cpus}"
+  # The proxy and the benchmark client: unpinned unless DEMO_FRONT_CPUS names CPUs (the client
+  # is pinned the same way in both set-ups).
+  front_cpus="${DEMO_FRONT_CPUS:-}"
+  if [[ -n "$front_cpus" ]]; then bench_prefix=(taskset -c "$front_cpus"); fi
   num_cpus() { taskset -c "$1" nproc; }
   e_threads=$(num_cpus "$e_cpus") p_threads=$(num_cpus "$p_cpus") d_threads=$(num_cpus "$d_cpus")
   ec_transport="${DEMO_EC_TRANSPORT:-shm}"
@@ -445,10 +453,17 @@ if [[ "$mode" == epd ]]; then
     wait_ready "$name" "${port_of[$name]}" /health
   done
   wait_ready bootstrap "$bootstrap_port" /query
+  if [[ -n "$front_cpus" ]]; then
+    start_pinned proxy "$front_cpus" proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" \
+      --io-threads 1 --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
+      --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
+      --decode "http://127.0.0.1:${port_of[decode]}"
+  else
   start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1 \
     --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
     --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
     --decode "http://127.0.0.1:${port_of[decode]}"
+  fi
   listening_port proxy
   wait_ready proxy "${port_of[proxy]}" /health
   echo "   ready at +$(elapsed): encode :${port_of[encode]}, prefill :${port_of[prefill]}," \

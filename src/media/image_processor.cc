@@ -91,6 +91,25 @@ Result<std::pair<int, int>> smart_resize(int height, int width, int factor, int6
   return std::pair<int, int>(static_cast<int>(h_bar), static_cast<int>(w_bar));
 }
 
+Result<PatchGrid> patch_grid(int height, int width, const ImageProcessorConfig& config) {
+  RETURN_IF_ERROR(check_config(config));
+  if (width <= 0 || height <= 0) {
+    return invalid_argument("preprocess_image: malformed image");
+  }
+  const int factor = config.patch_size * config.merge_size;
+  if (config.do_resize) {
+    ASSIGN_OR_RETURN(auto size,
+                     smart_resize(height, width, factor, config.min_pixels, config.max_pixels));
+    height = size.first;
+    width = size.second;
+  } else if (height % factor != 0 || width % factor != 0) {
+    return invalid_argument("preprocess_image: without do_resize the image sides must be " +
+                            std::string("multiples of ") + std::to_string(factor) + ", got " +
+                            std::to_string(width) + "x" + std::to_string(height));
+  }
+  return PatchGrid{1, height / config.patch_size, width / config.patch_size};
+}
+
 Result<PixelPatches> preprocess_image(const RgbImage& image, const ImageProcessorConfig& config) {
   RETURN_IF_ERROR(check_config(config));
   if (image.width <= 0 || image.height <= 0 ||

@@ -68,6 +68,15 @@ struct PixelPatches {
   int num_merged_tokens(int merge_size) const { return num_patches() / (merge_size * merge_size); }
 };
 
+// The patch grid preprocess_image() would give an image of this size, without touching a
+// pixel: {grid_t, grid_h, grid_w} in ViT patches. The same errors as preprocess_image().
+struct PatchGrid {
+  int grid_t = 1;
+  int grid_h = 0;
+  int grid_w = 0;
+};
+Result<PatchGrid> patch_grid(int height, int width, const ImageProcessorConfig& config);
+
 // Qwen2VLImageProcessor._preprocess for one image: smart_resize + resize_bicubic (when
 // do_resize), rescale (float64 multiply, then float32), normalize ((x - mean) / std in float32),
 // the image repeated to temporal_patch_size frames, then reshape to (grid_t, tp, C, gh/m, m, p,

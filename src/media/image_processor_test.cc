@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "media/test_images.h"
 
@@ -155,6 +156,28 @@ TEST(PreprocessImageTest, ResizesTinyImagesAndRefusesStrips) {
   no_resize.do_resize = false;
   EXPECT_FALSE(preprocess_image(constant_image(30, 28, 9), no_resize).is_ok());
   EXPECT_TRUE(preprocess_image(constant_image(28, 56, 9), no_resize).is_ok());
+}
+
+TEST(PatchGridTest, EqualsTheGridPreprocessingGives) {
+  ImageProcessorConfig config;
+  config.max_pixels = 28 * 28 * 300;
+  for (auto [w, h] : {std::pair{10, 10}, std::pair{200, 120}, std::pair{28, 28},
+                      std::pair{640, 480}, std::pair{1000, 37}}) {
+    auto patches = preprocess_image(constant_image(w, h, 7), config);
+    ASSERT_TRUE(patches.is_ok()) << patches.status().to_string();
+    auto grid = patch_grid(h, w, config);
+    ASSERT_TRUE(grid.is_ok()) << grid.status().to_string();
+    EXPECT_EQ(grid->grid_t, patches->grid_t) << w << "x" << h;
+    EXPECT_EQ(grid->grid_h, patches->grid_h) << w << "x" << h;
+    EXPECT_EQ(grid->grid_w, patches->grid_w) << w << "x" << h;
+  }
+  EXPECT_FALSE(patch_grid(5000, 1, config).is_ok());  // the strip preprocessing refuses
+  config.do_resize = false;
+  EXPECT_FALSE(patch_grid(30, 28, config).is_ok());
+  auto exact = patch_grid(56, 84, config);
+  ASSERT_TRUE(exact.is_ok());
+  EXPECT_EQ(exact->grid_h, 4);
+  EXPECT_EQ(exact->grid_w, 6);
 }
 
 TEST(PreprocessorConfigTest, ParsesQwen2VlAndNewerSizeStyle) {

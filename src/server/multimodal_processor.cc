@@ -29,10 +29,17 @@ Result<PreparedImage> MultimodalProcessor::prepare_one(const ImageRef& image) co
   media::DecodeOptions decode_options;
   decode_options.max_pixels = options_.max_image_pixels;
   ASSIGN_OR_RETURN(media::RgbImage rgb, media::decode_image(bytes, decode_options));
-  ASSIGN_OR_RETURN(media::PixelPatches patches, media::preprocess_image(rgb, processor_));
   const int merge = processor_.merge_size;
   PreparedImage out;
   out.mm_hash = media::image_hash(rgb, processor_);
+  if (!options_.needs_pixel_values) {
+    ASSIGN_OR_RETURN(media::PatchGrid grid, media::patch_grid(rgb.height, rgb.width, processor_));
+    out.llm_grid_t = grid.grid_t;
+    out.llm_grid_h = grid.grid_h / merge;
+    out.llm_grid_w = grid.grid_w / merge;
+    return out;
+  }
+  ASSIGN_OR_RETURN(media::PixelPatches patches, media::preprocess_image(rgb, processor_));
   out.llm_grid_t = patches.grid_t;
   out.llm_grid_h = patches.grid_h / merge;
   out.llm_grid_w = patches.grid_w / merge;

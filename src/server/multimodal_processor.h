@@ -23,6 +23,9 @@ struct MultimodalOptions {
   ImageFetchOptions fetch;
   int max_images_per_prompt = 8;          // vLLM's --limit-mm-per-prompt (image)
   int64_t max_image_pixels = 50'000'000;  // decoded size, before resizing
+  // false: a server that never encodes (--role decode) gets each image's mm_hash and grid
+  // without the resize and patch flattening it would never use (input stays null).
+  bool needs_pixel_values = true;
 };
 
 struct PreparedImage {
