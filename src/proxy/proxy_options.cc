@@ -271,8 +271,8 @@ Images (EPD), with --encode: a /v1/chat/completions request whose messages hold 
 ({"type": "image_url", "image_url": {"url": ...}} or "image_url": "...") first sends each image
 alone to an encoder ({"model", "messages": [one user message with that part], "max_tokens": 1,
 "stream": false}), all at once. Their answers' ec_transfer_params.items are merged in image
-order into "ec_transfer_params": {"items": [...]}, which only the prefill (or --pd) server
-gets; then the flow above runs. An image seen before goes to the encoder that had it (an LRU of
+order into "ec_transfer_params": {"items": [...]}, which the prefill (or --pd) server pulls
+(D gets them too, for each image's mm_hash and grid); then the flow above runs. An image seen before goes to the encoder that had it (an LRU of
 10000 image URL hashes); new ones go round-robin. An encoder's 4xx reaches the client
 unchanged; its 503 is 503, anything else failing 502 naming the encoder; P/D never start.
 Requests without images, and every request without --encode, never touch an encoder.

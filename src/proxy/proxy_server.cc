@@ -320,13 +320,12 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   plan.prefill = prefill.server;
   std::string decode;
   if (ec_items != nullptr) {
-    // Only P gathers the encoders' tensors; D sees the images only for their positions.
-    Json to_prefill = completion.body;
-    to_prefill["ec_transfer_params"] = Json{{"items", *ec_items}};
-    plan.prefill_request.body = prefill_body(to_prefill, transfer_id);
-    Json to_decode = completion.body;
-    to_decode.erase("ec_transfer_params");
-    decode = decode_body(to_decode, transfer_id, pick.source);
+    // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
+    // and grid (its positions and prefix-cache keys) without decoding the image itself.
+    Json with_items = completion.body;
+    with_items["ec_transfer_params"] = Json{{"items", *ec_items}};
+    plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    decode = decode_body(with_items, transfer_id, pick.source);
   } else {
     plan.prefill_request.body = prefill_body(completion.body, transfer_id);
     decode = decode_body(completion.body, transfer_id, pick.source);

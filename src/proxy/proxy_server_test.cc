@@ -841,12 +841,13 @@ TEST_F(ProxyTest, EpdEncodesImagesInParallelAndGivesPrefillTheMergedItemsInOrder
   EXPECT_EQ(p_body["kv_transfer_params"]["transfer_id"], "xfer-epd-1");
   EXPECT_EQ(p_body["messages"], client["messages"]);
 
-  // D: exactly today's decode body, with no ec_transfer_params.
+  // D: today's decode body plus the same items (for each image's mm_hash and grid).
   auto d = decodes_[0]->requests_to(kChat);
   ASSERT_EQ(d.size(), 1u);
   Json d_body = parse(d[0].body);
-  EXPECT_FALSE(d_body.contains("ec_transfer_params")) << d[0].body;
+  EXPECT_EQ(d_body["ec_transfer_params"], Json({{"items", expected_items}})) << d[0].body;
   Json expected_d = client;
+  expected_d["ec_transfer_params"] = Json({{"items", expected_items}});
   expected_d["kv_transfer_params"] =
       Json{{"do_remote_decode", false},
            {"do_remote_prefill", true},

@@ -75,6 +75,9 @@ EncodeHandler::Reply EncodeHandler::encode(const std::vector<PreparedImage>& ima
     }
     num_image_tokens += num_tokens;
     items.push_back(std::move(item).value());
+    // The image's grid in LLM tokens, beside the connector's fields: a decode server takes
+    // mm_hash and grid from here instead of decoding the image (its M-RoPE positions).
+    items.back().wire["grid"] = {image.llm_grid_t, image.llm_grid_h, image.llm_grid_w};
   }
   json wire_items = json::array();
   for (const EcItem& item : items) {

@@ -74,6 +74,49 @@ Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(
   return out;
 }
 
+std::optional<std::vector<PreparedImage>> MultimodalProcessor::prepared_from_ec_params(
+    const nlohmann::json& ec_transfer_params, size_t num_images) const {
+  if (options_.needs_pixel_values || !ec_transfer_params.is_object()) {
+    return std::nullopt;
+  }
+  auto items = ec_transfer_params.find("items");
+  if (items == ec_transfer_params.end() || !items->is_array() || items->size() != num_images ||
+      static_cast<int>(num_images) > options_.max_images_per_prompt) {
+    return std::nullopt;
+  }
+  std::vector<PreparedImage> out;
+  out.reserve(num_images);
+  for (const nlohmann::json& item : *items) {
+    if (!item.is_object()) {
+      return std::nullopt;
+    }
+    auto hash = item.find("mm_hash");
+    auto grid = item.find("grid");
+    auto shape = item.find("shape");
+    if (hash == item.end() || !hash->is_string() || hash->get_ref<const std::string&>().empty() ||
+        grid == item.end() || !grid->is_array() || grid->size() != 3 || shape == item.end() ||
+        !shape->is_array() || shape->empty() || !(*shape)[0].is_number_integer()) {
+      return std::nullopt;
+    }
+    PreparedImage image;
+    image.mm_hash = hash->get<std::string>();
+    int* dims[3] = {&image.llm_grid_t, &image.llm_grid_h, &image.llm_grid_w};
+    for (size_t d = 0; d < 3; ++d) {
+      const nlohmann::json& v = (*grid)[d];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1 << 16) {
+        return std::nullopt;
+      }
+      *dims[d] = v.get<int>();
+    }
+    if (int64_t{image.llm_grid_t} * image.llm_grid_h * image.llm_grid_w !=
+        (*shape)[0].get<int64_t>()) {
+      return std::nullopt;
+    }
+    out.push_back(std::move(image));
+  }
+  return out;
+}
+
 Result<std::vector<engine::MultiModalItem>> MultimodalProcessor::expand(
     std::vector<int32_t>& prompt, const std::vector<PreparedImage>& images) const {
   size_t num_placeholders = 0;

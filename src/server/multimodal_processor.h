@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ class MultimodalProcessor {
   // Fetches, decodes and preprocesses every image. InvalidArgument (DeadlineExceeded for a
   // remote fetch past its time) naming the image by its position in the request.
   Result<std::vector<PreparedImage>> prepare(const std::vector<ImageRef>& images) const;
+  // A server that needs no pixel values (--role decode): the images' mm_hash and grid taken
+  // from ec_transfer_params, one item per image in order ({"mm_hash", "grid": [t, h, w]} with
+  // t * h * w = shape[0]), as the proxy sends them, so no image is fetched or decoded.
+  // nullopt when this server needs pixels or the items do not fit exactly (the caller then
+  // prepares the images itself).
+  std::optional<std::vector<PreparedImage>> prepared_from_ec_params(
+      const nlohmann::json& ec_transfer_params, size_t num_images) const;
   // prompt holds exactly one image_token_id per image (in order), as the chat template renders
   // it: each becomes the image's num_tokens() placeholders. Returns the engine's items.
   Result<std::vector<engine::MultiModalItem>> expand(

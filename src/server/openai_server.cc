@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/ids.h"
 #include "core/logging.h"
+#include "core/prometheus.h"
 #include "server/openai_protocol.h"
 
 namespace crescent::server {
@@ -244,6 +245,16 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
     if (ec_puller_ != nullptr && engine != nullptr) {
       ec_puller_->render_metrics(options_.served_model_name, &text);
     }
+    if (multimodal_ != nullptr && !multimodal_->options().needs_pixel_values) {
+      const std::string name = "crescent_ec_images_described_total";
+      prometheus::append_header(&text, name, "counter",
+                                "Images whose mm_hash and grid a decode server took from "
+                                "ec_transfer_params instead of decoding them.");
+      text +=
+          name + "{model_name=\"" + options_.served_model_name + "\"} " +
+          prometheus::format_number(static_cast<double>(num_images_from_ec_params_total_.load())) +
+          "\n";
+    }
     if (options_.extra_metrics) {
       options_.extra_metrics(&text);
     }
@@ -336,6 +347,17 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   // Fetching (file://, http://), decoding and preprocessing may take a while: off the I/O
   // thread. A bad image is refused before anything is rendered or queued. Pulled embeddings
   // are in place before the request reaches the engine.
+  // A decode server takes the images' mm_hash and grid from the items the proxy sent, when they
+  // fit, instead of decoding images it never encodes.
+  std::optional<std::vector<PreparedImage>> from_params;
+  if (ec_puller_ == nullptr && req.ec_transfer_params) {
+    from_params = multimodal_->prepared_from_ec_params(*req.ec_transfer_params, req.images.size());
+  }
+  if (from_params) {
+    num_images_from_ec_params_total_.fetch_add(static_cast<int64_t>(from_params->size()));
+    return start_generation(request, std::move(writer), std::move(call), chat,
+                            std::move(*from_params));
+  }
   auto shared_request = std::make_shared<Request>(std::move(request));
   media_workers_->post([this, shared_request, writer, call, chat, ec_items = std::move(ec_items)] {
     auto prepared = multimodal_->prepare(call->request.images);

@@ -97,6 +97,8 @@ class OpenAiServer {
   std::atomic<bool> draining_{false};
   std::atomic<int> num_in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};
+  // Images whose mm_hash and grid came from ec_transfer_params (a decode server, EPD).
+  std::atomic<int64_t> num_images_from_ec_params_total_{0};
   ServerMetrics metrics_;
   // Image fetching and decoding (set_multimodal); declared last so that it is joined first.
   std::unique_ptr<TaskQueue> media_workers_;

@@ -276,6 +276,8 @@ TEST_F(EpdServeTest, ThroughTheProxyEqualsColocated) {
   EXPECT_EQ(metric(prefill.port(), "crescent_encoder_images_total"), 0)
       << "every image should have come from the encoder";
   EXPECT_EQ(metric(decode.port(), "crescent_vision_tower_loaded"), 0);
+  // D took every image's mm_hash and grid from the proxy's items, decoding none.
+  EXPECT_EQ(metric(decode.port(), "crescent_ec_images_described_total"), num_images);
 }
 
 }  // namespace
