@@ -350,25 +350,6 @@ Result<HelloOk> decode_hello_ok(std::string_view payload) {
   return m;
 }
 
-std::string encode(const Refused& m) {
-  ByteWriter w;
-  w.u32(static_cast<uint32_t>(m.kind));
-  w.bytes(m.message.substr(0, kMaxTextBytes));
-  return w.take();
-}
-
-Result<Refused> decode_refused(std::string_view payload) {
-  ByteReader r(payload);
-  Refused m;
-  uint32_t kind = r.u32();
-  m.message = r.bytes(kMaxTextBytes);
-  RETURN_IF_ERROR(r.finish("EC_REFUSED"));
-  if (kind < 1 || kind > 3)
-    return bad("EC_REFUSED", "unknown refusal kind " + std::to_string(kind));
-  m.kind = static_cast<RefusalKind>(kind);
-  return m;
-}
-
 std::string encode(const Acquire& m) {
   ByteWriter w;
   w.u64(m.reservation_id);

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "disagg/protocol.h"
 
 namespace crescent::disagg {
 
@@ -157,11 +158,9 @@ struct HelloOk {
   std::string segment_descriptor;  // transfer::SegmentDescriptor::serialize()
 };
 
-enum class RefusalKind : uint32_t { kCompatibility = 1, kProtocol = 2, kOther = 3 };
-struct Refused {
-  RefusalKind kind = RefusalKind::kOther;
-  std::string message;
-};
+// EC_REFUSED carries the KV protocol's REFUSED payload.
+using protocol::RefusalKind;
+using protocol::Refused;
 
 struct Acquire {
   uint64_t reservation_id = 0;
@@ -209,7 +208,9 @@ struct Released {
 
 std::string encode(const Hello& m);
 std::string encode(const HelloOk& m);
-std::string encode(const Refused& m);
+inline std::string encode(const Refused& m) {
+  return protocol::encode(m);
+}
 std::string encode(const Acquire& m);
 std::string encode(const Acquired& m);
 std::string encode(const AcquireFailed& m);
@@ -220,7 +221,9 @@ std::string encode(const Released& m);
 // (a field out of its bounds, another protocol version) naming the message and field.
 Result<Hello> decode_hello(std::string_view payload);
 Result<HelloOk> decode_hello_ok(std::string_view payload);
-Result<Refused> decode_refused(std::string_view payload);
+inline Result<Refused> decode_refused(std::string_view payload) {
+  return protocol::decode_refused(payload, "EC_REFUSED");
+}
 Result<Acquire> decode_acquire(std::string_view payload);
 Result<Acquired> decode_acquired(std::string_view payload);
 Result<AcquireFailed> decode_acquire_failed(std::string_view payload);

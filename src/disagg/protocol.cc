@@ -150,14 +150,14 @@ std::string encode(const Refused& m) {
   return w.take();
 }
 
-Result<Refused> decode_refused(std::string_view payload) {
+Result<Refused> decode_refused(std::string_view payload, std::string_view what) {
   ByteReader r(payload);
   Refused m;
   uint32_t kind = r.u32();
   m.message = r.bytes(kMaxTextBytes);
-  RETURN_IF_ERROR(r.finish("REFUSED"));
+  RETURN_IF_ERROR(r.finish(what));
   if (kind < 1 || kind > 3)
-    return bad("REFUSED", "unknown refusal kind " + std::to_string(kind));
+    return bad(what, "unknown refusal kind " + std::to_string(kind));
   m.kind = static_cast<RefusalKind>(kind);
   return m;
 }

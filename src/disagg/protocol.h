@@ -91,7 +91,8 @@ std::string encode(const Done& m);
 // truncated, has bytes left over, or a field is out of its bounds.
 Result<Hello> decode_hello(std::string_view payload);
 Result<HelloOk> decode_hello_ok(std::string_view payload);
-Result<Refused> decode_refused(std::string_view payload);
+// `what` names the message in errors (the EC protocol sends the same payload as EC_REFUSED).
+Result<Refused> decode_refused(std::string_view payload, std::string_view what = "REFUSED");
 Result<Ask> decode_ask(std::string_view payload);
 Result<TransferRef> decode_transfer_ref(std::string_view payload, std::string_view what);
 Result<Done> decode_done(std::string_view payload);
