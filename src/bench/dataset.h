@@ -107,9 +107,6 @@ Result<std::vector<std::vector<std::pair<int, int>>>> sample_mm_image_sizes(
 // Uniform random RGB bytes, deterministic in (width, height, seed).
 media::RgbImage random_image(int width, int height, uint64_t seed);
 
-// Standard base64 (RFC 4648, '=' padding).
-std::string base64_encode(std::span<const uint8_t> bytes);
-
 // Adds the random-mm images to requests (sample_mm_image_sizes, random pixels per image, PNG,
 // data URL), encoding on up to num_threads threads; the result does not depend on the count.
 Status add_random_images(std::vector<SampleRequest>* requests,

@@ -315,21 +315,6 @@ TEST(RandomMultiModalTest, SamplesCountsAndBucketsDeterministically) {
   EXPECT_NE(*sample_mm_image_sizes(4000, o), *a);
 }
 
-TEST(RandomMultiModalTest, Base64MatchesRfc4648) {
-  auto b64 = [](std::string_view s) {
-    return base64_encode(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
-  };
-  EXPECT_EQ(b64(""), "");
-  EXPECT_EQ(b64("f"), "Zg==");
-  EXPECT_EQ(b64("fo"), "Zm8=");
-  EXPECT_EQ(b64("foo"), "Zm9v");
-  EXPECT_EQ(b64("foob"), "Zm9vYg==");
-  EXPECT_EQ(b64("fooba"), "Zm9vYmE=");
-  EXPECT_EQ(b64("foobar"), "Zm9vYmFy");
-  EXPECT_EQ(b64("\xff\xfe\xfd"), "//79");
-}
-
 // Strict standard base64 back to bytes, for the round trip below.
 std::vector<uint8_t> base64_decode(std::string_view text) {
   std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base64.h"
 #include "media/encode.h"
 #include "media/image.h"
 
@@ -32,21 +33,7 @@ std::string png_data_url(int width, int height) {
   }
   auto png = media::encode_png(image);
   EXPECT_TRUE(png.is_ok());
-  static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  const std::vector<uint8_t>& b = *png;
-  for (size_t i = 0; i < b.size(); i += 3) {
-    uint32_t v = uint32_t{b[i]} << 16;
-    if (i + 1 < b.size())
-      v |= uint32_t{b[i + 1]} << 8;
-    if (i + 2 < b.size())
-      v |= b[i + 2];
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < b.size() ? kB64[(v >> 6) & 63] : '=';
-    out += i + 2 < b.size() ? kB64[v & 63] : '=';
-  }
-  return "data:image/png;base64," + out;
+  return "data:image/png;base64," + base64_encode(*png);
 }
 
 TEST(MultimodalProcessorTest, WithoutPixelValuesTheHashAndGridAreTheSame) {

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/base64.h"
 #include "epd/epd_test_util.h"
 #include "proxy/proxy_process.h"
 #include "server/serve_process.h"
@@ -48,7 +49,7 @@ struct Images {
     std::ifstream in(dir / (name + ".png"), std::ios::binary);
     std::ostringstream s;
     s << in.rdbuf();
-    return "data:image/png;base64," + base64(s.str());
+    return "data:image/png;base64," + base64_encode(s.str());
   }
   fs::path dir;
 };

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/base64.h"
 #include "media/encode.h"
 #include "net/http/http_client.h"
 #include "testing/test_models.h"
@@ -16,30 +17,6 @@
 namespace crescent::testing {
 
 using net::http::HttpClient;
-
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v =
-        (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) {
-      out += kAlphabet[(v >> k) & 63];
-    }
-  }
-  if (i < bytes.size()) {
-    uint32_t v = uint8_t(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) {
-      v |= uint8_t(bytes[i + 1]) << 8;
-    }
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
 
 namespace {
 
@@ -60,7 +37,7 @@ media::RgbImage picture(int width, int height, int seed) {
 }
 
 std::string data_url(const std::string& mime, const std::vector<uint8_t>& bytes) {
-  return "data:" + mime + ";base64," + base64(std::string(bytes.begin(), bytes.end()));
+  return "data:" + mime + ";base64," + base64_encode(bytes);
 }
 
 }  // namespace

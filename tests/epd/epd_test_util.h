@@ -16,9 +16,6 @@ namespace crescent::testing {
 
 using json = nlohmann::json;
 
-// Standard base64 with padding.
-std::string base64(const std::string& bytes);
-
 // A deterministic RGB picture of width x height (a gradient shaped by seed) as a data URL:
 // PNG (lossless; `png_level` is zlib's level, so two levels give different bytes of the same
 // pixels) or JPEG of quality 90.

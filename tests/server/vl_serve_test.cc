@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/base64.h"
 #include "net/http/http_client.h"
 #include "server/serve_process.h"
 #include "testing/test_models.h"
@@ -26,30 +27,6 @@ namespace fs = std::filesystem;
 
 Deadline soon() {
   return Deadline::after_ms(90'000);
-}
-
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v =
-        (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) {
-      out += kAlphabet[(v >> k) & 63];
-    }
-  }
-  if (i < bytes.size()) {
-    uint32_t v = uint8_t(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) {
-      v |= uint8_t(bytes[i + 1]) << 8;
-    }
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
 }
 
 std::string read_file(const std::string& path) {
@@ -85,7 +62,7 @@ struct Images {
     return (dir / "allowed" / (name + ".png")).string();
   }
   std::string data_url(const std::string& name) const {
-    return "data:image/png;base64," + base64(read_file(png(name)));
+    return "data:image/png;base64," + base64_encode(read_file(png(name)));
   }
   fs::path dir;
 };
@@ -223,7 +200,8 @@ TEST_F(VlServeTest, UrlRulesAndBadImagesAre400AndChangeNothing) {
       {"http://127.0.0.1:9/x.png", "--allow-remote-media"},
       {"https://example.invalid/x.png", ""},
       {"data:image/png;base64,@@@@", "base64"},
-      {"data:image/png;base64," + base64("this is not an image at all"), "PNG, JPEG or WebP"},
+      {"data:image/png;base64," + base64_encode("this is not an image at all"),
+       "PNG, JPEG or WebP"},
       {"ftp://host/x.png", ""},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
