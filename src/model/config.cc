@@ -403,6 +403,21 @@ namespace {
 
 // The hub layout of Qwen/Qwen2-VL-2B-Instruct and Qwen/Qwen2.5-VL-3B-Instruct: the language
 // model's fields at the top level, M-RoPE in rope_scaling, the tower in "vision_config".
+// bos_token_id (null when absent) and eos_token_id (an int when there is one, else a list),
+// as Hugging Face writes them.
+void write_special_token_ids(const ModelConfig& c, json& j) {
+  if (c.bos_token_id) {
+    j["bos_token_id"] = *c.bos_token_id;
+  } else {
+    j["bos_token_id"] = nullptr;
+  }
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+}
+
 std::string to_vision_language_config_json(const ModelConfig& c) {
   json j;
   j["architectures"] = json::array({std::string(architecture_name(c.architecture))});
@@ -424,16 +439,7 @@ std::string to_vision_language_config_json(const ModelConfig& c) {
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  if (c.bos_token_id) {
-    j["bos_token_id"] = *c.bos_token_id;
-  } else {
-    j["bos_token_id"] = nullptr;
-  }
-  if (c.eos_token_ids.size() == 1) {
-    j["eos_token_id"] = c.eos_token_ids[0];
-  } else {
-    j["eos_token_id"] = c.eos_token_ids;
-  }
+  write_special_token_ids(c, j);
   j["image_token_id"] = c.image_token_id;
   j["vision_start_token_id"] = c.vision_start_token_id;
   j["vision_end_token_id"] = c.vision_end_token_id;
@@ -483,16 +489,7 @@ std::string to_config_json(const ModelConfig& c) {
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  if (c.bos_token_id) {
-    j["bos_token_id"] = *c.bos_token_id;
-  } else {
-    j["bos_token_id"] = nullptr;
-  }
-  if (c.eos_token_ids.size() == 1) {
-    j["eos_token_id"] = c.eos_token_ids[0];
-  } else {
-    j["eos_token_id"] = c.eos_token_ids;
-  }
+  write_special_token_ids(c, j);
   if (!c.torch_dtype.empty())
     j["torch_dtype"] = c.torch_dtype;
   j["use_cache"] = true;
