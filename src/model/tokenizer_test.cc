@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <latch>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -202,6 +203,29 @@ TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
     t.join();
   }
   EXPECT_EQ(num_mismatches.load(), 0);
+}
+
+// ctest runs each test in its own process, so here the threads make ICU's first normaliser
+// calls of the process at once: the TSan build checks that their creation is race-free.
+TEST(TokenizerTest, FirstNormalisationsOnManyThreadsAtOnce) {
+  const std::string decomposed = "Cafe\xCC\x81 \xEF\xAC\x81";  // e + combining acute, fi ligature
+  std::latch start(4);
+  std::vector<std::thread> threads;
+  std::atomic<int> num_wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      const bool compat = t % 2 == 1;
+      const std::string out = compat ? unicode::nfkc(decomposed) : unicode::nfc(decomposed);
+      if (out != (compat ? "Caf\xC3\xA9 fi" : "Caf\xC3\xA9 \xEF\xAC\x81")) {
+        ++num_wrong;
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(num_wrong.load(), 0);
 }
 
 TEST(TokenizerTest, InvalidUtf8IsRejected) {

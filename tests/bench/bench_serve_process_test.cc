@@ -131,7 +131,7 @@ TEST(BenchServeProcessTest, RealServerTinyModel) {
   std::string first_line;
   std::getline(svg, first_line);
   EXPECT_EQ(first_line.rfind("<?xml", 0), 0u);
-  EXPECT_EQ(server.terminate(), 0);
+  EXPECT_EQ(server.terminate(), 0) << server.output();
 }
 
 TEST(BenchServeProcessTest, FailingServerIsCountedAndItsFirstErrorShown) {
