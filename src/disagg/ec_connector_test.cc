@@ -109,10 +109,6 @@ bool eventually(Pred pred) {
 
 class EcConnectorTest : public ::testing::TestWithParam<TransportKind> {
  protected:
-  void SetUp() override {
-    if (!transfer::is_transport_available(GetParam()))
-      GTEST_SKIP() << "transport not in this build";
-  }
 };
 
 TEST_P(EcConnectorTest, RoundTripBytesAreEqualAndReservationsAreReleased) {
@@ -579,8 +575,7 @@ std::string transport_test_name(const ::testing::TestParamInfo<TransportKind>& i
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EcConnectorTest,
-                         ::testing::Values(TransportKind::kShm, TransportKind::kTcp,
-                                           TransportKind::kUcx),
+                         ::testing::ValuesIn(transfer::available_transports()),
                          transport_test_name);
 
 }  // namespace

@@ -1928,6 +1928,24 @@ bool is_transport_available(TransportKind kind) {
   return kind != TransportKind::kUcx || CRESCENT_HAVE_UCX;
 }
 
+std::vector<TransportKind> available_transports() {
+  std::vector<TransportKind> kinds;
+  for (TransportKind kind : {TransportKind::kShm, TransportKind::kTcp, TransportKind::kUcx}) {
+    if (is_transport_available(kind)) {
+      kinds.push_back(kind);
+    }
+  }
+  return kinds;
+}
+
+std::vector<std::string> available_transport_names() {
+  std::vector<std::string> names;
+  for (TransportKind kind : available_transports()) {
+    names.emplace_back(transport_name(kind));
+  }
+  return names;
+}
+
 Result<std::unique_ptr<TransferEngine>> TransferEngine::create(EngineOptions options) {
   auto engine = std::make_unique<Engine>(std::move(options));
   RETURN_IF_ERROR(engine->start());

@@ -55,6 +55,10 @@ struct TransportCapabilities {
 TransportCapabilities capabilities(TransportKind kind);
 // Whether this build can create engines of `kind` (ucx is left out of TSan builds).
 bool is_transport_available(TransportKind kind);
+// The transports this build can create, in TransportKind order.
+std::vector<TransportKind> available_transports();
+// Their names, in the same order (for flags' help and for tests parametrised by name).
+std::vector<std::string> available_transport_names();
 
 using RegionId = StrongId<struct RegionTag>;
 using PeerId = StrongId<struct PeerTag>;

@@ -80,15 +80,7 @@ std::unique_ptr<TransferEngine> make_engine(TransportKind t, const std::string& 
   return std::move(*e);
 }
 
-class MultiProcessTest : public ::testing::TestWithParam<TransportKind> {
- protected:
-  void SetUp() override {
-    if (!is_transport_available(GetParam())) {
-      GTEST_SKIP() << transport_name(GetParam()) << " is not in this build (TSan builds leave "
-                   << "UCX out: its memory hooks crash ThreadSanitizer)";
-    }
-  }
-};
+class MultiProcessTest : public ::testing::TestWithParam<TransportKind> {};
 
 TEST_P(MultiProcessTest, RandomReadWriteManyBatchesInFlightChecksummed) {
   TransportKind t = GetParam();
@@ -365,9 +357,7 @@ TEST_P(MultiProcessTest, PeerKilledMidLargeBatchFailsWithinDeadline) {
   EXPECT_EQ(peer_sum(fresh, *engine, p2, 0, 4096).value(), sum_line(src.data(), 4096));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, MultiProcessTest,
-                         ::testing::Values(TransportKind::kShm, TransportKind::kTcp,
-                                           TransportKind::kUcx),
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcessTest, ::testing::ValuesIn(available_transports()),
                          [](const auto& info) { return std::string(transport_name(info.param)); });
 
 // Runs a command, returns its exit status.
@@ -378,8 +368,7 @@ int sh(const std::string& cmd) {
 TEST(NetworkNamespaceTest, TcpAcrossTwoNamespacesJoinedByVeth) {
   if (::geteuid() != 0)
     GTEST_SKIP() << "network namespaces need root; running as uid " << ::geteuid();
-  if (sh("command -v ip") != 0)
-    GTEST_SKIP() << "the `ip` tool (iproute2) is not installed";
+  ASSERT_EQ(sh("command -v ip"), 0) << "the `ip` tool (iproute2) is missing: run scripts/setup.sh";
   std::string tag = std::to_string(::getpid() % 100000);
   std::string ns = "crtr" + tag;
   std::string va = "crva" + tag;
