@@ -217,6 +217,10 @@ class Link {
   virtual bool is_broken() const = 0;
   // Breaks the link and joins its threads; every piece has been finished afterwards.
   virtual void shutdown() = 0;
+  // The mapping of a region this link was already granted (shm); NotFound when none yet.
+  virtual Result<RemoteRegionView> view(RegionId /*region*/) {
+    return unimplemented("region views need the shm transport");
+  }
 };
 
 // Common state for "broken" and its reason.
@@ -730,17 +734,16 @@ class Mover {
   virtual bool has(RegionId region) const = 0;
   // Copies every piece (each already checked and pinned by the target).
   virtual Status run(std::span<Piece* const> pieces, Deadline deadline) = 0;
+  // Thread-safe, unlike the rest (which only the link's worker calls).
+  virtual Result<RemoteRegionView> view(RegionId /*region*/) const {
+    return unimplemented("region views need the shm transport");
+  }
 };
 
 class ShmMover final : public Mover {
  public:
   explicit ShmMover(int num_threads)
       : pool_(num_threads > 1 ? std::make_unique<ThreadPool>(num_threads) : nullptr) {}
-  ~ShmMover() override {
-    for (auto& [id, m] : maps_) {
-      ::munmap(m.map_base, m.map_bytes);
-    }
-  }
 
   Status add_grant(const Grant& g, Fd fd) override {
     if (!fd.is_valid())
@@ -755,18 +758,26 @@ class ShmMover final : public Mover {
                      static_cast<off_t>(aligned));
     if (p == MAP_FAILED)
       return internal_error(std::string("mmap peer region: ") + strerror(errno));
-    drop(g.region);
-    maps_[g.region.value()] = {p, bytes, static_cast<uint8_t*>(p) + delta, g.length};
+    auto map = std::make_shared<Map>(p, bytes, static_cast<uint8_t*>(p) + delta, g.length);
+    std::lock_guard<std::mutex> lock(mu_);
+    maps_[g.region.value()] = std::move(map);
     return Status::ok();
   }
   void drop(RegionId region) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    maps_.erase(region.value());  // unmapped when the last view of it goes
+  }
+  bool has(RegionId region) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return maps_.count(region.value()) != 0;
+  }
+  Result<RemoteRegionView> view(RegionId region) const override {
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = maps_.find(region.value());
     if (it == maps_.end())
-      return;
-    ::munmap(it->second.map_base, it->second.map_bytes);
-    maps_.erase(it);
+      return not_found("region " + std::to_string(region.value()) + " is not mapped");
+    return RemoteRegionView{it->second->region, it->second->length, it->second};
   }
-  bool has(RegionId region) const override { return maps_.count(region.value()) != 0; }
 
   Status run(std::span<Piece* const> pieces, Deadline deadline) override {
     struct Copy {
@@ -775,18 +786,24 @@ class ShmMover final : public Mover {
       uint64_t bytes;
     };
     std::vector<Copy> copies;
+    std::vector<std::shared_ptr<const Map>> held;  // a drop() during the copy unmaps nothing
     constexpr uint64_t kChunk = 1 << 20;
     for (Piece* p : pieces) {
-      const Map& m = maps_.at(p->region.value());
-      CRESCENT_CHECK(p->remote_offset <= m.length && p->length <= m.length - p->remote_offset)
+      std::shared_ptr<const Map> m;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        m = maps_.at(p->region.value());
+      }
+      CRESCENT_CHECK(p->remote_offset <= m->length && p->length <= m->length - p->remote_offset)
           << "lease granted an op outside the mapping";
-      uint8_t* remote = m.region + p->remote_offset;
+      uint8_t* remote = m->region + p->remote_offset;
       bool is_write = p->kind == OpKind::kWrite;
       for (uint64_t off = 0; off < p->length; off += kChunk) {
         uint64_t n = std::min(kChunk, p->length - off);
         copies.push_back(is_write ? Copy{remote + off, p->local + off, n}
                                   : Copy{p->local + off, remote + off, n});
       }
+      held.push_back(std::move(m));
     }
     if (pool_ != nullptr && copies.size() > 1) {
       pool_->parallel_range(static_cast<int64_t>(copies.size()), [&](int64_t b, int64_t e) {
@@ -806,13 +823,19 @@ class ShmMover final : public Mover {
 
  private:
   struct Map {
+    Map(void* base, size_t bytes, uint8_t* r, uint64_t len)
+        : map_base(base), map_bytes(bytes), region(r), length(len) {}
+    ~Map() { ::munmap(map_base, map_bytes); }
+    Map(const Map&) = delete;
+    Map& operator=(const Map&) = delete;
     void* map_base;
     size_t map_bytes;
     uint8_t* region;
     uint64_t length;
   };
   std::unique_ptr<ThreadPool> pool_;
-  std::unordered_map<int64_t, Map> maps_;
+  mutable std::mutex mu_;
+  std::unordered_map<int64_t, std::shared_ptr<const Map>> maps_;  // GUARDED_BY(mu_)
 };
 
 class UcxMover final : public Mover {
@@ -909,6 +932,7 @@ class OneSidedLink final : public Link {
     if (worker_.joinable())
       worker_.join();
   }
+  Result<RemoteRegionView> view(RegionId region) override { return mover_->view(region); }
 
  private:
   void work_loop() {
@@ -1039,7 +1063,7 @@ class OneSidedLink final : public Link {
 
   PieceSink* sink_;
   Fd fd_;
-  std::unique_ptr<Mover> mover_;  // worker thread only
+  std::unique_ptr<Mover> mover_;  // worker thread only, but for view()
   std::chrono::milliseconds io_timeout_;
   bool receives_fds_;
   uint64_t next_lease_id_ = 1;
@@ -1738,6 +1762,24 @@ class Engine final : public TransferEngine, private PieceSink {
     } else {
       it->second->is_released = true;
     }
+  }
+
+  Result<RemoteRegionView> view_region(PeerId peer, RegionId region, Deadline deadline) override {
+    if (options_.transport != TransportKind::kShm)
+      return unimplemented("region views need the shm transport, this engine uses " +
+                           std::string(transport_name(options_.transport)));
+    ASSIGN_OR_RETURN(std::shared_ptr<Link> link, find_link(peer));
+    auto view = link->view(region);
+    if (view.is_ok() || view.status().code() != StatusCode::kNotFound)
+      return view;
+    // Not granted yet: a 1-byte READ leases the region, and the grant maps it.
+    uint8_t probe = 0;
+    TransferOp op{OpKind::kRead, &probe, region, 0, 1};
+    ASSIGN_OR_RETURN(BatchId batch, submit(peer, std::span(&op, 1), deadline));
+    Status waited = wait(batch, deadline);
+    release(batch);
+    RETURN_IF_ERROR(waited);
+    return link->view(region);
   }
 
   Status notify(PeerId peer, std::string_view message, Deadline deadline) override {

@@ -109,6 +109,17 @@ struct EngineOptions {
   std::string ucx_tls;  // UCX_TLS for this engine when the environment sets none
 };
 
+// A peer's region mapped read-only into this process (shm only; view_region()). The mapping
+// stays valid while any copy of `keepalive` lives, even after the peer unregisters the region,
+// closes or dies: reads never fault, but the bytes are whatever the peer's memory holds, and
+// the peer may rewrite them at any moment. A caller must validate what it copies (e.g. with a
+// stamp the peer clears before it reuses the memory).
+struct RemoteRegionView {
+  const uint8_t* data = nullptr;
+  uint64_t length = 0;
+  std::shared_ptr<const void> keepalive;
+};
+
 // Status of a batch. op_status has one entry per submitted op, in submission order.
 struct BatchStatus {
   bool is_done = false;
@@ -146,6 +157,12 @@ class TransferEngine {
   virtual Status wait(BatchId batch, Deadline deadline) = 0;
   // Forgets a done batch (an unfinished one is released when it finishes).
   virtual void release(BatchId batch) = 0;
+
+  // shm: maps the peer's region into this process (the first call per region leases it once
+  // through the peer, like a 1-byte READ; later calls answer from the mapping), so that the
+  // caller can copy out of it on its own thread without a round trip. NotFound when the peer
+  // does not have the region; Unimplemented for tcp and ucx.
+  virtual Result<RemoteRegionView> view_region(PeerId peer, RegionId region, Deadline deadline) = 0;
 
   // Sends a small message (<= kMaxNotificationBytes) to the peer's callback, ordered after
   // this peer's earlier notifications.

@@ -199,6 +199,31 @@ TEST_P(EngineTest, RefusesBadOpsAndWritesNothing) {
   EXPECT_NE(s.message().find("was unregistered"), std::string::npos) << s.to_string();
 }
 
+TEST_P(EngineTest, RegionViewSeesThePeersBytesAndOutlivesTheRegion) {
+  PeerId peer = open().value();
+  auto view = initiator_->view_region(peer, region_, Deadline::after_ms(5000));
+  if (GetParam() != TransportKind::kShm) {
+    ASSERT_EQ(view.status().code(), StatusCode::kUnimplemented) << view.status().to_string();
+    return;
+  }
+  ASSERT_TRUE(view.is_ok()) << view.status().to_string();
+  ASSERT_EQ(view->length, kBytes);
+  remote_.data()[12345] = 77;  // the target writes; the view sees it without a transfer
+  EXPECT_EQ(view->data[12345], 77);
+  // A second view answers from the mapping; an unknown region is NotFound.
+  auto again = initiator_->view_region(peer, region_, Deadline::after_ms(5000));
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->data, view->data);
+  EXPECT_EQ(initiator_->view_region(peer, RegionId(region_.value() + 99), Deadline::after_ms(5000))
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+  // The target unregisters and the link closes: the mapping lives on while the view does.
+  ASSERT_TRUE(target_->unregister_region(region_, Deadline::after_ms(5000)).is_ok());
+  ASSERT_TRUE(initiator_->close_segment(peer).is_ok());
+  EXPECT_EQ(view->data[12345], 77);
+}
+
 TEST_P(EngineTest, NotificationsArriveInOrder) {
   PeerId peer = open().value();
   for (int i = 0; i < 100; ++i) {
