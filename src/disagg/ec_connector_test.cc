@@ -28,6 +28,8 @@ using std::chrono::milliseconds;
 using transfer::TransportKind;
 
 constexpr int64_t kHidden = 64;
+// The pool's header before each tensor (its stamp; the default alignment).
+constexpr uint64_t kEntryHeader = 64;
 
 EcCompat test_compat() {
   EcCompat c;
@@ -85,6 +87,12 @@ EcTensorRef publish(EcProducer& p, const std::string& hash, int seed, int64_t nu
                        Deadline::after_ms(5000));
   CRESCENT_CHECK(ref.is_ok()) << ref.status().to_string();
   return *ref;
+}
+
+std::string name_of(const char* prefix, int i) {
+  std::string s = prefix;
+  s += std::to_string(i);
+  return s;
 }
 
 bool has_values(const std::vector<float>& v, int seed) {
@@ -149,6 +157,9 @@ TEST_P(EcConnectorTest, RoundTripBytesAreEqualAndReservationsAreReleased) {
   EXPECT_EQ(cm.num_tensors, 3u);
   EXPECT_EQ(cm.num_failures, 0u);
   EXPECT_EQ(cm.num_connections_opened, 1u);
+  // On shm the second fetch was a mapped copy, whose EC_RELEASE goes out after it returns.
+  EXPECT_EQ(cm.num_mapped_copies, GetParam() == TransportKind::kShm ? 1u : 0u);
+  ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
   EXPECT_EQ(producer->metrics().num_cache_hits, 1u);
   std::string text = producer->render_metrics("m");
   EXPECT_NE(text.find("crescent_ec_producer_pulls_total{model_name=\"m\"} 3\n"), std::string::npos)
@@ -249,7 +260,7 @@ TEST_P(EcConnectorTest, AFailedEncodeIsSharedWithConcurrentPublishesAndFreesTheS
 
 TEST_P(EcConnectorTest, FullPoolOfReservedEntriesIsRefusedAtOnce) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
-  o.pool_bytes = 64 << 10;
+  o.pool_bytes = 4 * ((16 << 10) + kEntryHeader);
   auto producer = make_producer(o);
   constexpr int64_t kTokens = 64;  // 16 KiB: four fill the pool
   for (int i = 0; i < 4; ++i) {
@@ -260,7 +271,7 @@ TEST_P(EcConnectorTest, FullPoolOfReservedEntriesIsRefusedAtOnce) {
                              Deadline::after_ms(5000));
   EXPECT_LT(Clock::now() - start, milliseconds(200));
   ASSERT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("65536 bytes"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("65792 bytes"), std::string::npos) << r.status().to_string();
   EXPECT_NE(r.status().message().find("reserved"), std::string::npos) << r.status().to_string();
   EXPECT_EQ(producer->metrics().num_refusals, 1u);
   EXPECT_FALSE(producer->holds("one-more"));
@@ -268,7 +279,7 @@ TEST_P(EcConnectorTest, FullPoolOfReservedEntriesIsRefusedAtOnce) {
 
 TEST_P(EcConnectorTest, FullPoolWaitSucceedsOnceAReleaseFreesSpace) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
-  o.pool_bytes = 64 << 10;
+  o.pool_bytes = 4 * ((16 << 10) + kEntryHeader);
   o.full_pool_wait = milliseconds(3000);
   auto producer = make_producer(o);
   constexpr int64_t kTokens = 64;
@@ -294,12 +305,12 @@ TEST_P(EcConnectorTest, FullPoolWaitSucceedsOnceAReleaseFreesSpace) {
 
 TEST_P(EcConnectorTest, UnpulledReservationExpiresAndItsBytesReturn) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
-  o.pool_bytes = 64 << 10;
+  o.pool_bytes = (64 << 10) + kEntryHeader;
   o.reservation_timeout = milliseconds(100);
   auto producer = make_producer(o);
   const EcProducerMetrics baseline = producer->metrics();
   EcTensorRef ref = publish(*producer, "img", 1, 256);  // the whole pool
-  EXPECT_EQ(producer->metrics().bytes_reserved, 64u << 10);
+  EXPECT_EQ(producer->metrics().bytes_reserved, (64u << 10) + kEntryHeader);
   // The background expiry thread ends it.
   ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
   EcProducerMetrics m = producer->metrics();
@@ -348,10 +359,12 @@ TEST_P(EcConnectorTest, NormalPathReadsAtTheRefsLocationWithoutAcquire) {
   // same call as a located one.
   std::vector<EcTensorRef> mixed = {publish(*producer, "a", 4, 10), publish(*producer, "d", 5, 5)};
   mixed[1].has_location = false;
+  mixed[1].stamp = 0;  // older encoders had neither
   std::vector<float> d(5 * kHidden);
   std::vector<std::span<float>> mixed_dsts = {a, d};
   ASSERT_TRUE(consumer->fetch(mixed, mixed_dsts, Deadline::after_ms(5000)).is_ok());
   EXPECT_TRUE(has_values(a, 1) && has_values(d, 5));
+  ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
   m = producer->metrics();
   EXPECT_EQ(num_acquired.load(), 1);
   EXPECT_EQ(m.num_acquires_served, 1u);
@@ -366,7 +379,7 @@ TEST_P(EcConnectorTest, NormalPathReadsAtTheRefsLocationWithoutAcquire) {
 // the other image's bytes, and EC_RELEASED (was_held false) must fail the fetch.
 TEST_P(EcConnectorTest, ReadOfAnExpiredReservationFailsInsteadOfReturningReusedBytes) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
-  o.pool_bytes = 64 << 10;
+  o.pool_bytes = (64 << 10) + kEntryHeader;
   o.reservation_timeout = milliseconds(100);
   auto producer = make_producer(o);
   EcTensorRef stale = publish(*producer, "img", 1, 256);  // the whole pool
@@ -409,7 +422,50 @@ TEST_P(EcConnectorTest, LocatedReleaseOfAnotherInstanceOrLocationIsNotHeld) {
   EXPECT_EQ(producer->metrics().num_reservations, 1);  // not ended by a release not its own
   ASSERT_TRUE(consumer->fetch({&ref, 1}, dsts, Deadline::after_ms(5000)).is_ok());
   EXPECT_TRUE(has_values(dst, 1));
-  EXPECT_EQ(producer->metrics().num_reservations, 0);
+  EXPECT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
+}
+
+// shm: once the consumer has met the encoder (EC_HELLO, segment open), later refs are copied
+// straight out of the mapped pool on the caller's thread, checked by their stamp; a stamp that
+// does not match (here: a forged one; in life: an entry evicted during the copy) sends the ref
+// down the control-connection path, which decides. tcp and ucx always take that path.
+TEST_P(EcConnectorTest, LaterRefsAreCopiedFromTheMappedPoolAndCheckedByStamp) {
+  auto producer = make_producer(producer_options(GetParam(), "enc-a"));
+  auto consumer = make_consumer(GetParam());
+  const bool mapped = GetParam() == TransportKind::kShm;
+  std::vector<float> dst(16 * kHidden, -1.0f);
+  std::vector<std::span<float>> dsts = {dst};
+  EcTensorRef first = publish(*producer, "first", 1, 16);
+  EXPECT_NE(first.stamp, 0u);
+  ASSERT_TRUE(consumer->fetch({&first, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_EQ(consumer->metrics().num_mapped_copies, 0u);  // first contact: the slow path
+
+  for (int seed = 2; seed < 6; ++seed) {
+    EcTensorRef ref = publish(*producer, name_of("img", seed), seed, 16);
+    ASSERT_TRUE(consumer->fetch({&ref, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+    EXPECT_TRUE(has_values(dst, seed)) << seed;
+  }
+  EXPECT_EQ(consumer->metrics().num_mapped_copies, mapped ? 4u : 0u);
+  // The encoder still hears of every pull: the located EC_RELEASE follows asynchronously.
+  ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
+  EXPECT_EQ(producer->metrics().num_pulls_served, 5u);
+  EXPECT_EQ(producer->metrics().bytes_reserved, 0u);
+
+  // A stamp that is not the entry's: not trusted, the slow path serves it (the reservation is
+  // live, so the bytes are confirmed by EC_RELEASED).
+  EcTensorRef forged = publish(*producer, "forged", 7, 16);
+  forged.stamp = forged.stamp == 1 ? 2 : forged.stamp - 1;
+  ASSERT_TRUE(consumer->fetch({&forged, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_TRUE(has_values(dst, 7));
+  EXPECT_EQ(consumer->metrics().num_stale_mapped_copies, mapped ? 1u : 0u);
+  EXPECT_EQ(consumer->metrics().num_mapped_copies, mapped ? 4u : 0u);
+  // An expired ref is not copied either: the encoder says what became of it.
+  EcTensorRef expired = publish(*producer, "expired", 8, 16);
+  expired.expires_at_unix_ms = 1;
+  ASSERT_TRUE(consumer->fetch({&expired, 1}, dsts, Deadline::after_ms(5000)).is_ok());
+  EXPECT_EQ(consumer->metrics().num_mapped_copies, mapped ? 4u : 0u);
+  EXPECT_NE(consumer->render_metrics("m").find("crescent_ec_consumer_mapped_copies_total"),
+            std::string::npos);
 }
 
 // A location outside every region the encoder has: the READ fails cleanly.
@@ -488,13 +544,15 @@ TEST_P(EcConnectorTest, DestroyedProducerFailsTheFetchWithinItsDeadline) {
   auto consumer = make_consumer(GetParam());
   EcTensorRef ref = publish(*producer, "img", 1, 1024);
   ref.has_location = false;  // the EC_ACQUIRE path, where on_acquired can hold the producer
+  ref.stamp = 0;
   std::vector<float> dst(1024 * kHidden);
   auto start = Clock::now();
   auto fetched = std::async(std::launch::async, [&] {
     std::vector<std::span<float>> dsts = {dst};
     return consumer->fetch({&ref, 1}, dsts, Deadline::after_ms(3000));
   });
-  acquired.get_future().wait();
+  ASSERT_EQ(acquired.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "the fetch never reached EC_ACQUIRE";
   producer.reset();
   Status s = fetched.get();
   EXPECT_LT(Clock::now() - start, milliseconds(3500));

@@ -1,6 +1,8 @@
 #include "disagg/ec_consumer.h"
 
+#include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -22,6 +24,18 @@ using ec_protocol::MessageType;
 // release(): how long the background thread spends on one encoder.
 constexpr std::chrono::milliseconds kReleaseTimeout{2'000};
 
+// EC_RELEASE of a ref; located: it confirms a READ at the ref's location (ec_protocol.h).
+ec_protocol::Release release_message(const EcTensorRef& r, bool located) {
+  ec_protocol::Release release{r.reservation_id, r.mm_hash};
+  if (located) {
+    release.has_location = true;
+    release.instance = r.instance;
+    release.region_id = r.region_id;
+    release.offset = r.offset;
+  }
+  return release;
+}
+
 std::string encoder_name(const EcTensorRef& ref) {
   return "encoder " + ref.engine_id + " at " + ref.worker_addr;
 }
@@ -30,10 +44,17 @@ std::string encoder_name(const EcTensorRef& ref) {
 // ControlChannel whose reader thread queues every frame but heartbeat acks.
 class Connection {
  public:
+  // `lost` is set when the connection ends without this side closing it (the encoder died,
+  // went silent for 3 heartbeat intervals, or closed it): the shm fast path stops trusting
+  // the encoder until a control-connection pull succeeds again.
   static Result<std::unique_ptr<Connection>> open(const EcTensorRef& ref,
                                                   const EcConsumerOptions& options,
-                                                  Deadline deadline);
-  ~Connection() { channel_.reset(); }  // aborts and joins
+                                                  Deadline deadline,
+                                                  std::shared_ptr<std::atomic<bool>> lost);
+  ~Connection() {
+    is_closing_ = true;
+    channel_.reset();  // aborts and joins
+  }
 
   void send(MessageType type, std::string payload) {
     channel_->send(static_cast<protocol::MessageType>(type), std::move(payload));
@@ -53,7 +74,10 @@ class Connection {
   }
   bool is_open() const { return channel_->is_open(); }
   bool is_finished() const { return channel_->is_finished(); }
-  void close(const Status& why) { channel_->close(why); }
+  void close(const Status& why) {
+    is_closing_ = true;
+    channel_->close(why);
+  }
   const std::string& name() const { return name_; }
   const std::string& engine_id() const { return hello_ok_.engine_id; }
   const std::string& segment_descriptor() const { return hello_ok_.segment_descriptor; }
@@ -65,15 +89,17 @@ class Connection {
   ec_protocol::HelloOk hello_ok_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<net::Frame> inbox_;  // GUARDED_BY(mu_)
-  bool is_closed_ = false;        // GUARDED_BY(mu_)
-  Status close_reason_;           // GUARDED_BY(mu_)
+  std::deque<net::Frame> inbox_;         // GUARDED_BY(mu_)
+  bool is_closed_ = false;               // GUARDED_BY(mu_)
+  Status close_reason_;                  // GUARDED_BY(mu_)
+  std::atomic<bool> is_closing_{false};  // this side closes it
   std::unique_ptr<ControlChannel> channel_;
 };
 
 Result<std::unique_ptr<Connection>> Connection::open(const EcTensorRef& ref,
                                                      const EcConsumerOptions& options,
-                                                     Deadline deadline) {
+                                                     Deadline deadline,
+                                                     std::shared_ptr<std::atomic<bool>> lost) {
   const std::string name = encoder_name(ref);
   std::string host;
   int port = 0;
@@ -98,7 +124,9 @@ Result<std::unique_ptr<Connection>> Connection::open(const EcTensorRef& ref,
         c->inbox_.push_back(std::move(f));
         c->cv_.notify_all();
       },
-      [c](ControlChannel&, const Status& why) {
+      [c, lost](ControlChannel&, const Status& why) {
+        if (!c->is_closing_)
+          lost->store(true);
         std::lock_guard<std::mutex> lock(c->mu_);
         c->is_closed_ = true;
         c->close_reason_ = unavailable(why.message());
@@ -144,7 +172,9 @@ class EcConsumer::Impl {
   Status start();
   Status fetch(std::span<const EcTensorRef> refs, std::span<const std::span<float>> dsts,
                Deadline deadline);
-  void release(std::span<const EcTensorRef> refs);
+  // were_read: the refs' bytes were copied (mapped copies), so their EC_RELEASE carries the
+  // location and the encoder counts a pull; otherwise they are given up unread.
+  void release(std::span<const EcTensorRef> refs, bool were_read = false);
   EcConsumerMetrics metrics() const;
   std::string render_metrics(const std::string& model_name) const;
 
@@ -154,8 +184,20 @@ class EcConsumer::Impl {
     std::mutex mu;
     std::string descriptor;                // GUARDED_BY(mu)
     std::optional<transfer::PeerId> peer;  // GUARDED_BY(mu)
+    // Who answered the EC_HELLO (compatible) that opened `peer`.
+    std::string engine_id;  // GUARDED_BY(mu)
+    // shm: the encoder's pool regions mapped here, for copy_mapped().
+    std::map<int64_t, transfer::RemoteRegionView> views;  // GUARDED_BY(mu)
   };
 
+  // shm fast path: copies each ref of `indices` whose encoder's segment is open (after a
+  // compatible EC_HELLO from its engine id), that carries a stamp and has not expired, straight
+  // out of the encoder's mapped pool, and checks the copy against the stamp (ec_tensor_pool.h).
+  // Returns the indices it did not serve, for the control-connection path; those it served are
+  // released asynchronously.
+  std::vector<size_t> copy_mapped(std::span<const EcTensorRef> refs,
+                                  std::span<const std::span<float>> dsts,
+                                  const std::vector<size_t>& indices, Deadline deadline);
   // One encoder's share of a fetch: indices into refs/dsts.
   Status fetch_group(std::span<const EcTensorRef> refs, std::span<const std::span<float>> dsts,
                      const std::vector<size_t>& indices, Deadline deadline);
@@ -163,6 +205,9 @@ class EcConsumer::Impl {
               std::span<const std::span<float>> dsts, const std::vector<size_t>& indices,
               Deadline deadline, std::vector<bool>* released);
   Result<std::unique_ptr<Connection>> take_connection(const EcTensorRef& ref, Deadline deadline);
+  // Whether the encoder at worker_addr was lost since a control-connection pull last
+  // succeeded (see Connection::open); created false.
+  std::shared_ptr<std::atomic<bool>> lost_flag(const std::string& worker_addr);
   void return_connection(const std::string& worker_addr, std::unique_ptr<Connection> conn);
   void park_closing(std::unique_ptr<Connection> conn);
   Result<transfer::PeerId> segment_for(const Connection& conn, const std::string& worker_addr,
@@ -170,7 +215,11 @@ class EcConsumer::Impl {
   // Closes the encoder's segment if it is still `peer` (stops a READ that did not finish).
   void drop_segment(const std::string& worker_addr, transfer::PeerId peer);
   void release_loop();
-  void release_now(const std::vector<EcTensorRef>& refs);
+  struct ReleaseJob {
+    std::vector<EcTensorRef> refs;
+    bool were_read = false;
+  };
+  void release_now(const ReleaseJob& job);
   // refs with worker_addr replaced by what their bootstrap_addr says of their engine_id.
   std::vector<EcTensorRef> resolve_addrs(std::span<const EcTensorRef> refs, Deadline deadline);
 
@@ -181,10 +230,11 @@ class EcConsumer::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;                                                  // release queue
   bool is_stopping_ = false;                                                    // GUARDED_BY(mu_)
-  std::deque<std::vector<EcTensorRef>> release_queue_;                          // GUARDED_BY(mu_)
+  std::deque<ReleaseJob> release_queue_;                                        // GUARDED_BY(mu_)
   std::map<std::string, std::vector<std::unique_ptr<Connection>>> idle_;        // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<Connection>> closing_;                            // GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<Segment>> segments_;                    // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> lost_;              // GUARDED_BY(mu_)
   EcConsumerMetrics metrics_;                                                   // GUARDED_BY(mu_)
   prometheus::Histogram fetch_seconds_{prometheus::latency_buckets_seconds()};  // GUARDED_BY(mu_)
 };
@@ -252,7 +302,18 @@ Result<std::unique_ptr<Connection>> EcConsumer::Impl::take_connection(const EcTe
     }
     ++metrics_.num_connections_opened;
   }
-  return Connection::open(ref, options_, deadline);
+  auto conn = Connection::open(ref, options_, deadline, lost_flag(ref.worker_addr));
+  if (!conn.is_ok())
+    lost_flag(ref.worker_addr)->store(true);
+  return conn;
+}
+
+std::shared_ptr<std::atomic<bool>> EcConsumer::Impl::lost_flag(const std::string& worker_addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& flag = lost_[worker_addr];
+  if (!flag)
+    flag = std::make_shared<std::atomic<bool>>(false);
+  return flag;
 }
 
 void EcConsumer::Impl::return_connection(const std::string& worker_addr,
@@ -317,6 +378,8 @@ Result<transfer::PeerId> EcConsumer::Impl::segment_for(const Connection& conn,
   }
   seg->descriptor = conn.segment_descriptor();
   seg->peer = *peer;
+  seg->engine_id = conn.engine_id();
+  seg->views.clear();
   return *peer;
 }
 
@@ -334,6 +397,7 @@ void EcConsumer::Impl::drop_segment(const std::string& worker_addr, transfer::Pe
     // Fails the link's unfinished batches and joins its threads: no byte moves afterwards.
     (void)engine_->close_segment(peer);
     seg->peer.reset();
+    seg->views.clear();
   }
 }
 
@@ -406,15 +470,8 @@ Status EcConsumer::Impl::pull(Connection& conn, std::span<const EcTensorRef> ref
   }
   // Every release at once: one round trip for the group, whatever its size.
   for (size_t i : indices) {
-    const EcTensorRef& r = refs[i];
-    ec_protocol::Release release{r.reservation_id, r.mm_hash};
-    if (r.has_location) {
-      release.has_location = true;
-      release.instance = r.instance;
-      release.region_id = r.region_id;
-      release.offset = r.offset;
-    }
-    conn.send(MessageType::kRelease, ec_protocol::encode(release));
+    conn.send(MessageType::kRelease,
+              ec_protocol::encode(release_message(refs[i], refs[i].has_location)));
   }
   for (size_t n = 0; n < indices.size(); ++n) {
     auto f = conn.next(deadline);
@@ -454,9 +511,91 @@ Status EcConsumer::Impl::pull(Connection& conn, std::span<const EcTensorRef> ref
   return first_failure;
 }
 
+std::vector<size_t> EcConsumer::Impl::copy_mapped(std::span<const EcTensorRef> refs,
+                                                  std::span<const std::span<float>> dsts,
+                                                  const std::vector<size_t>& indices,
+                                                  Deadline deadline) {
+  if (engine_->transport() != transfer::TransportKind::kShm ||
+      lost_flag(refs[indices[0]].worker_addr)->load()) {
+    return indices;
+  }
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = segments_.find(refs[indices[0]].worker_addr);
+    if (it == segments_.end())
+      return indices;
+    seg = it->second;
+  }
+  const int64_t now_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  std::vector<size_t> rest;
+  std::vector<EcTensorRef> served;
+  uint64_t num_stale = 0;
+  for (size_t i : indices) {
+    const EcTensorRef& r = refs[i];
+    // An expired reservation takes the slow path, which reports it as the encoder sees it.
+    if (!r.has_location || r.stamp == 0 || r.expires_at_unix_ms <= now_unix_ms) {
+      rest.push_back(i);
+      continue;
+    }
+    transfer::RemoteRegionView view;
+    {
+      std::lock_guard<std::mutex> lock(seg->mu);
+      if (!seg->peer.has_value() || seg->engine_id != r.engine_id) {
+        rest.push_back(i);
+        continue;
+      }
+      auto it = seg->views.find(r.region_id);
+      if (it == seg->views.end()) {
+        auto v = engine_->view_region(*seg->peer, transfer::RegionId(r.region_id), deadline);
+        if (!v.is_ok()) {
+          rest.push_back(i);
+          continue;
+        }
+        it = seg->views.emplace(r.region_id, std::move(*v)).first;
+      }
+      view = it->second;
+    }
+    if (r.offset < kEcStampBytes || r.offset > view.length ||
+        r.num_bytes > view.length - r.offset) {
+      rest.push_back(i);
+      continue;
+    }
+    // Seqlock read against the encoder's stamp (ec_tensor_pool.h): the mapping is writable
+    // shared memory, so the atomic loads are well defined; they never write.
+    auto& stamp =
+        *reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(view.data) + r.offset - kEcStampBytes);
+    if (std::atomic_ref<uint64_t>(stamp).load(std::memory_order_acquire) != r.stamp) {
+      ++num_stale;
+      rest.push_back(i);
+      continue;
+    }
+    std::memcpy(dsts[i].data(), view.data + r.offset, r.num_bytes);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (std::atomic_ref<uint64_t>(stamp).load(std::memory_order_relaxed) != r.stamp) {
+      ++num_stale;  // evicted during the copy: the slow path says what became of it
+      rest.push_back(i);
+      continue;
+    }
+    served.push_back(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.num_mapped_copies += served.size();
+    metrics_.num_stale_mapped_copies += num_stale;
+  }
+  release(served, /*were_read=*/true);
+  return rest;
+}
+
 Status EcConsumer::Impl::fetch_group(std::span<const EcTensorRef> refs,
                                      std::span<const std::span<float>> dsts,
-                                     const std::vector<size_t>& indices, Deadline deadline) {
+                                     const std::vector<size_t>& all_indices, Deadline deadline) {
+  const std::vector<size_t> indices = copy_mapped(refs, dsts, all_indices, deadline);
+  if (indices.empty())
+    return Status::ok();
   const EcTensorRef& first = refs[indices[0]];
   auto conn = take_connection(first, deadline);
   if (!conn.is_ok()) {
@@ -466,6 +605,7 @@ Status EcConsumer::Impl::fetch_group(std::span<const EcTensorRef> refs,
   std::vector<bool> released(indices.size(), false);
   Status s = pull(**conn, refs, dsts, indices, deadline, &released);
   if (s.is_ok()) {
+    lost_flag(first.worker_addr)->store(false);  // alive and answering again
     return_connection(first.worker_addr, std::move(*conn));
     return s;
   }
@@ -602,33 +742,33 @@ Status EcConsumer::Impl::fetch(std::span<const EcTensorRef> in_refs,
   return finish(Status::ok());
 }
 
-void EcConsumer::Impl::release(std::span<const EcTensorRef> refs) {
+void EcConsumer::Impl::release(std::span<const EcTensorRef> refs, bool were_read) {
   if (refs.empty())
     return;
   std::lock_guard<std::mutex> lock(mu_);
   if (is_stopping_)
     return;
-  release_queue_.emplace_back(refs.begin(), refs.end());
+  release_queue_.push_back(ReleaseJob{{refs.begin(), refs.end()}, were_read});
   cv_.notify_all();
 }
 
 void EcConsumer::Impl::release_loop() {
   for (;;) {
-    std::vector<EcTensorRef> refs;
+    ReleaseJob job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return is_stopping_ || !release_queue_.empty(); });
       if (is_stopping_)
         return;
-      refs = std::move(release_queue_.front());
+      job = std::move(release_queue_.front());
       release_queue_.pop_front();
     }
-    release_now(refs);
+    release_now(job);
   }
 }
 
-void EcConsumer::Impl::release_now(const std::vector<EcTensorRef>& in_refs) {
-  const std::vector<EcTensorRef> refs = resolve_addrs(in_refs, Deadline::after(kReleaseTimeout));
+void EcConsumer::Impl::release_now(const ReleaseJob& job) {
+  const std::vector<EcTensorRef> refs = resolve_addrs(job.refs, Deadline::after(kReleaseTimeout));
   std::map<std::string, std::vector<const EcTensorRef*>> groups;
   for (const EcTensorRef& r : refs) {
     if (validate_ec_tensor_ref(r, "ref").is_ok() && !is_disk_ref(r))
@@ -644,7 +784,7 @@ void EcConsumer::Impl::release_now(const std::vector<EcTensorRef>& in_refs) {
     }
     for (const EcTensorRef* r : group) {
       (*conn)->send(MessageType::kRelease,
-                    ec_protocol::encode(ec_protocol::Release{r->reservation_id, r->mm_hash}));
+                    ec_protocol::encode(release_message(*r, job.were_read && r->has_location)));
     }
     Status s;
     for (size_t n = 0; n < group.size() && s.is_ok(); ++n) {
@@ -691,6 +831,14 @@ std::string EcConsumer::Impl::render_metrics(const std::string& model_name) cons
           metrics_.fetch_seconds_total);
   counter("connections_opened_total", "Control connections opened to encoders.",
           static_cast<double>(metrics_.num_connections_opened));
+  counter("mapped_copies_total",
+          "Tensors copied straight out of an encoder's mapped pool (shm), checked by stamp, "
+          "without a round trip.",
+          static_cast<double>(metrics_.num_mapped_copies));
+  counter("stale_mapped_copies_total",
+          "Mapped copies whose stamp did not match (the entry was evicted); they took the "
+          "control-connection path.",
+          static_cast<double>(metrics_.num_stale_mapped_copies));
   counter("resolve_failures_total",
           "Encoder lookups through a bootstrap server that failed (the item's worker_addr was "
           "used).",

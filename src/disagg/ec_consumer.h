@@ -19,6 +19,18 @@
 // it sees it close. A READ that did not finish cleanly closes the encoder's transfer segment
 // (which stops the copy) before fetch() returns, so no byte lands in dst afterwards.
 //
+// shm fast path: once this consumer has opened an encoder's segment (after a compatible
+// EC_HELLO from the ref's engine id), a later ref of that encoder that carries a stamp and has
+// not expired is copied on the calling thread straight out of the encoder's pool, mapped into
+// this process (TransferEngine::view_region), with no round trip: the stamp before the tensor
+// is loaded before and after the copy, and the copy counts only if both equal the ref's stamp
+// (the encoder clears it before the memory can be reused; ec_tensor_pool.h). Its EC_RELEASE
+// is then sent asynchronously. Not while the encoder is lost: after a control connection to it
+// ended without this side closing it (it died, or missed 3 heartbeats) and until a pull over
+// the control connection succeeds again, its refs take the path above, which fails or falls
+// back as for any dead encoder. Any other case (first contact, no stamp, stale stamp, tcp/ucx)
+// takes the path above too.
+//
 // Where an encoder is: a ref with a bootstrap_addr has its engine_id resolved through that
 // bootstrap server (options.resolve: GET /query?role=encode, cached per engine id by the
 // resolver), and the answer replaces its worker_addr; a ref without one, or a failed
@@ -64,7 +76,9 @@ struct EcConsumerMetrics {
   uint64_t num_bytes = 0;
   double fetch_seconds_total = 0;  // over every call, successful or not
   uint64_t num_connections_opened = 0;
-  uint64_t num_resolve_failures = 0;  // bootstrap lookups that failed (worker_addr was used)
+  uint64_t num_resolve_failures = 0;     // bootstrap lookups that failed (worker_addr was used)
+  uint64_t num_mapped_copies = 0;        // tensors served by the shm fast path
+  uint64_t num_stale_mapped_copies = 0;  // fast-path copies refused by their stamp
 };
 
 class EcConsumer {

@@ -170,6 +170,8 @@ Status EcProducer::Impl::start() {
   is_region_registered_ = true;
   EcTensorPoolOptions po;
   po.write_timeout = kWriteTimeout;
+  po.stamp_entries = true;  // consumers on shm check their copies against it (ec_consumer.h)
+  po.stamp_salt = instance_;
   ASSIGN_OR_RETURN(pool_, EcTensorPool::create(memory_.data(), o.pool_bytes, po));
   ASSIGN_OR_RETURN(listener_, net::listen_tcp(o.listen_host, o.listen_port));
   ASSIGN_OR_RETURN(int port, net::local_port(listener_));
@@ -416,6 +418,7 @@ Result<EcTensorRef> EcProducer::Impl::publish(const std::string& mm_hash, int64_
     ref.region_id = region_.value();
     ref.offset = r->offset;
     ref.instance = instance_;
+    ref.stamp = r->stamp;
     return ref;
   }
 }

@@ -116,6 +116,12 @@ Status validate_ec_tensor_ref(const EcTensorRef& ref, std::string_view where) {
       return bad_field(where, "instance",
                        "must be 1.." + std::to_string(kMaxEcInstance) + " with a location");
     }
+    if (ref.stamp > kMaxEcInstance)
+      return bad_field(where, "stamp", "must be 1.." + std::to_string(kMaxEcInstance));
+    if (ref.stamp != 0 && ref.offset < kEcStampBytes)
+      return bad_field(where, "offset", "a stamped tensor starts at least 8 bytes in");
+  } else if (ref.stamp != 0) {
+    return bad_field(where, "stamp", "only an item with a location has a stamp");
   }
   return Status::ok();
 }
@@ -140,6 +146,8 @@ nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items) {
       list.back()["region"] = r.region_id;
       list.back()["offset"] = r.offset;
       list.back()["instance"] = r.instance;
+      if (r.stamp != 0)
+        list.back()["stamp"] = r.stamp;
     }
   }
   return nlohmann::json{{"items", std::move(list)}};
@@ -224,6 +232,13 @@ Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& 
       ref.region_id = static_cast<int64_t>(region);
       RETURN_IF_ERROR(get_unsigned("offset", &ref.offset));
       RETURN_IF_ERROR(get_unsigned("instance", &ref.instance));
+      if (item.contains("stamp")) {
+        RETURN_IF_ERROR(get_unsigned("stamp", &ref.stamp));
+        if (ref.stamp == 0)
+          return bad_field(where, "stamp", "must be 1.." + std::to_string(kMaxEcInstance));
+      }
+    } else if (item.contains("stamp")) {
+      return bad_field(where, "stamp", "only an item with a location has a stamp");
     }
     RETURN_IF_ERROR(validate_ec_tensor_ref(ref, where));
     refs.push_back(std::move(ref));

@@ -28,6 +28,10 @@
 // READ, and the bytes read were the entry's. was_held false (expired, released, unknown,
 // another instance) fails that ref with NotFound, and the caller falls back; the bytes already
 // in its destination are not used.
+// shm fast path, a ref with a location and a stamp, to an encoder this consumer already met:
+//   C: copies the tensor out of the encoder's pool mapped into its own address space and
+//      checks it against the stamp before the tensor (EcTensorPool's seqlock contract), then
+//   C -> P  EC_RELEASE (located) asynchronously; its EC_RELEASED is not waited for.
 // Old path, a ref without a location (older encoders): pin first, then read.
 //   C -> P  EC_ACQUIRE     {reservation_id, mm_hash, num_bytes}
 //   P -> C  EC_ACQUIRED    {reservation_id, region id, offset, num_bytes}: the reservation is
@@ -58,6 +62,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "disagg/ec_tensor_pool.h"
 #include "disagg/protocol.h"
 
 namespace crescent::disagg {
@@ -80,6 +85,10 @@ struct EcTensorRef {
   int64_t region_id = 0;  // "region": the pool's transfer region id at the encoder
   uint64_t offset = 0;    // "offset": bytes into that region
   uint64_t instance = 0;  // "instance": the publishing EcProducer's random id, 1..kMaxEcInstance
+  // "stamp" (optional, with a location): the entry's stamp in the kEcStampBytes just before
+  // offset (EcTensorPool), 1..kMaxEcInstance; 0 = none. On shm it lets a consumer that mapped
+  // the pool check its copy without a round trip (ec_consumer.h).
+  uint64_t stamp = 0;
 };
 
 inline constexpr size_t kMaxEcItems = 1024;               // images per request
@@ -90,8 +99,8 @@ inline constexpr uint64_t kMaxEcInstance = (uint64_t{1} << 53) - 1;
 
 // {"items":[{"mm_hash":..., "engine_id":..., "worker_addr":..., "bootstrap_addr":...,
 // "reservation_id":..., "shape":[t,h], "dtype":"float32", "num_bytes":...,
-// "expires_at_unix_ms":..., "region":..., "offset":..., "instance":...}]}
-// (region, offset and instance only when the ref has a location)
+// "expires_at_unix_ms":..., "region":..., "offset":..., "instance":..., "stamp":...}]}
+// (region, offset and instance only when the ref has a location; stamp only with them)
 nlohmann::json ec_transfer_params_to_json(std::span<const EcTensorRef> items);
 // Strict: every field above must be present with the right type and range (bootstrap_addr may
 // be empty; region, offset and instance are all present or all absent, and then region is a

@@ -56,9 +56,11 @@ TEST(EcTransferParamsTest, LocationRoundTripsAndIsAllOrNothing) {
   ref.region_id = 3;
   ref.offset = 4096;
   ref.instance = kMaxEcInstance;
+  ref.stamp = kMaxEcInstance - 1;
   nlohmann::json j = nlohmann::json::parse(ec_transfer_params_to_json({&ref, 1}).dump());
   auto parsed = parse_ec_transfer_params(j);
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ((*parsed)[0].stamp, kMaxEcInstance - 1);
   EXPECT_TRUE((*parsed)[0].has_location);
   EXPECT_EQ((*parsed)[0].region_id, 3);
   EXPECT_EQ((*parsed)[0].offset, 4096u);
@@ -67,6 +69,7 @@ TEST(EcTransferParamsTest, LocationRoundTripsAndIsAllOrNothing) {
   EcTensorRef plain = good_ref(1);
   nlohmann::json pj = ec_transfer_params_to_json({&plain, 1});
   EXPECT_FALSE(pj["items"][0].contains("region"));
+  EXPECT_FALSE(pj["items"][0].contains("stamp"));
   auto plain_parsed = parse_ec_transfer_params(pj);
   ASSERT_TRUE(plain_parsed.is_ok());
   EXPECT_FALSE((*plain_parsed)[0].has_location);
@@ -85,6 +88,16 @@ TEST(EcTransferParamsTest, LocationRoundTripsAndIsAllOrNothing) {
       {"offset", [](nlohmann::json& i) { i["offset"] = UINT64_MAX; }},
       {"instance", [](nlohmann::json& i) { i["instance"] = 0; }},
       {"instance", [](nlohmann::json& i) { i["instance"] = kMaxEcInstance + 1; }},
+      {"stamp", [](nlohmann::json& i) { i["stamp"] = 0; }},
+      {"stamp", [](nlohmann::json& i) { i["stamp"] = kMaxEcInstance + 1; }},
+      {"stamp", [](nlohmann::json& i) { i["stamp"] = "7"; }},
+      {"stamp",
+       [](nlohmann::json& i) {  // a stamp without a location
+         i.erase("region");
+         i.erase("offset");
+         i.erase("instance");
+       }},
+      {"offset", [](nlohmann::json& i) { i["offset"] = 4; }},  // no room for the stamp before
   };
   for (const Case& c : cases) {
     nlohmann::json bad = j;

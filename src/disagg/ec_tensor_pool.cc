@@ -1,6 +1,7 @@
 #include "disagg/ec_tensor_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <sstream>
 
@@ -16,6 +17,16 @@ bool is_power_of_two(uint64_t x) {
 // alignment is a power of two and n <= capacity, so this cannot overflow.
 uint64_t round_up(uint64_t n, uint64_t alignment) {
   return (n + alignment - 1) & ~(alignment - 1);
+}
+
+// A stamp: never 0, below 2^53 (exact in the JSON of ec_transfer_params), distinct for
+// distinct (salt, entry id) with overwhelming probability.
+uint64_t make_stamp(uint64_t salt, int64_t entry_id) {
+  uint64_t z = salt + (static_cast<uint64_t>(entry_id) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 31)) & ((uint64_t{1} << 53) - 1);
+  return z == 0 ? 1 : z;
 }
 
 Status violation(const std::string& what) {
@@ -58,11 +69,17 @@ Result<std::unique_ptr<EcTensorPool>> EcTensorPool::create(uint8_t* base, uint64
   if (options.write_timeout.count() <= 0) {
     return invalid_argument("ec tensor pool: write_timeout must be positive");
   }
+  if (options.stamp_entries && options.alignment_bytes < kEcStampBytes) {
+    return invalid_argument("ec tensor pool: stamps need an alignment of at least 8 bytes");
+  }
   return std::unique_ptr<EcTensorPool>(new EcTensorPool(base, capacity_bytes, options));
 }
 
 EcTensorPool::EcTensorPool(uint8_t* base, uint64_t capacity_bytes, EcTensorPoolOptions options)
-    : base_(base), capacity_bytes_(capacity_bytes), options_(options) {
+    : base_(base),
+      capacity_bytes_(capacity_bytes),
+      options_(options),
+      header_bytes_(options.stamp_entries ? options.alignment_bytes : 0) {
   free_ranges_.emplace(0, capacity_bytes_);
   num_bytes_free_ = capacity_bytes_;
 }
@@ -76,12 +93,12 @@ EcEntryState EcTensorPool::state_of(const Entry& entry) {
 
 Result<EcAllocation> EcTensorPool::allocate(const std::string& mm_hash, uint64_t num_bytes,
                                             TimePoint now) {
-  if (num_bytes == 0 || num_bytes > capacity_bytes_) {
+  if (num_bytes == 0 || num_bytes > capacity_bytes_ - std::min(capacity_bytes_, header_bytes_)) {
     return invalid_argument("ec tensor pool: cannot allocate " + std::to_string(num_bytes) +
                             " bytes for " + mm_hash + " in a pool of " +
                             std::to_string(capacity_bytes_));
   }
-  const uint64_t size_bytes = round_up(num_bytes, options_.alignment_bytes);
+  const uint64_t size_bytes = header_bytes_ + round_up(num_bytes, options_.alignment_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = entries_.find(mm_hash); it != entries_.end()) {
     Entry& entry = it->second;
@@ -94,8 +111,9 @@ Result<EcAllocation> EcTensorPool::allocate(const std::string& mm_hash, uint64_t
     if (entry.in_lru) {
       lru_.splice(lru_.end(), lru_, entry.lru_pos);
     }
-    return EcAllocation{entry.id,        entry.offset,     entry.num_bytes, /*must_write=*/false,
-                        state_of(entry), /*num_evicted=*/0};
+    return EcAllocation{
+        entry.id,        tensor_offset(entry), entry.num_bytes, /*must_write=*/false,
+        state_of(entry), /*num_evicted=*/0,    entry.stamp};
   }
 
   int num_evicted = 0;
@@ -114,24 +132,27 @@ Result<EcAllocation> EcTensorPool::allocate(const std::string& mm_hash, uint64_t
   entry.offset = *offset;
   entry.size_bytes = size_bytes;
   entry.num_bytes = num_bytes;
+  entry.stamp = options_.stamp_entries ? make_stamp(options_.stamp_salt, entry.id.value()) : 0;
+  store_stamp(entry, 0);
   entry.write_deadline = now + options_.write_timeout;
   CRESCENT_CHECK(entries_by_offset_.emplace(entry.offset, &entry).second)
       << "two entries at offset " << entry.offset;
   write_deadlines_.emplace(entry.write_deadline, mm_hash);
   ++num_allocations_;
   return EcAllocation{entry.id,
-                      entry.offset,
+                      tensor_offset(entry),
                       entry.num_bytes,
                       /*must_write=*/true,
                       EcEntryState::kAllocated,
-                      num_evicted};
+                      num_evicted,
+                      entry.stamp};
 }
 
 bool EcTensorPool::can_allocate(uint64_t num_bytes) const {
-  if (num_bytes == 0 || num_bytes > capacity_bytes_) {
+  if (num_bytes == 0 || num_bytes > capacity_bytes_ - std::min(capacity_bytes_, header_bytes_)) {
     return false;
   }
-  const uint64_t size_bytes = round_up(num_bytes, options_.alignment_bytes);
+  const uint64_t size_bytes = header_bytes_ + round_up(num_bytes, options_.alignment_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   return largest_free_range_locked() >= size_bytes ||
          largest_gap_after_eviction_locked(size_bytes, nullptr) >= size_bytes;
@@ -150,6 +171,7 @@ Status EcTensorPool::mark_ready(const std::string& mm_hash, EcEntryId entry_id) 
   }
   CRESCENT_CHECK(write_deadlines_.erase({entry.write_deadline, mm_hash}) == 1);
   entry.is_ready = true;
+  store_stamp(entry, entry.stamp);
   entry.lru_pos = lru_.insert(lru_.end(), &entry);
   entry.in_lru = true;
   return Status::ok();
@@ -189,7 +211,8 @@ Result<EcReservation> EcTensorPool::reserve(const std::string& mm_hash, std::str
   const int64_t id = next_reservation_id_++;
   reservations_.emplace(id, Reservation{&entry, std::move(consumer_id), deadline});
   reservation_deadlines_.emplace(deadline, id);
-  return EcReservation{EcReservationId(id), entry.id, entry.offset, entry.num_bytes};
+  return EcReservation{EcReservationId(id), entry.id, tensor_offset(entry), entry.num_bytes,
+                       entry.stamp};
 }
 
 bool EcTensorPool::release(EcReservationId id) {
@@ -242,8 +265,8 @@ std::optional<EcEntryInfo> EcTensorPool::lookup(const std::string& mm_hash) cons
     return std::nullopt;
   }
   const Entry& entry = it->second;
-  return EcEntryInfo{entry.id, entry.offset, entry.num_bytes, state_of(entry),
-                     entry.num_reservations};
+  return EcEntryInfo{entry.id,        tensor_offset(entry),   entry.num_bytes,
+                     state_of(entry), entry.num_reservations, entry.stamp};
 }
 
 EcTensorPoolStats EcTensorPool::stats() const {
@@ -425,10 +448,21 @@ void EcTensorPool::remove_entry_locked(Entry* entry) {
     CRESCENT_CHECK(write_deadlines_.erase({entry->write_deadline, entry->mm_hash}) == 1);
   }
   CRESCENT_CHECK(entries_by_offset_.erase(entry->offset) == 1);
+  // Cleared before the range can be handed out again, and fenced so that no later write into
+  // it becomes visible before the clear (a reader's second stamp load then fails).
+  store_stamp(*entry, 0);
+  std::atomic_thread_fence(std::memory_order_release);
   free_range_locked(entry->offset, entry->size_bytes);
   // Copy: the key is erased with the entry it names.
   const std::string mm_hash = entry->mm_hash;
   entries_.erase(mm_hash);
+}
+
+void EcTensorPool::store_stamp(const Entry& entry, uint64_t value) const {
+  if (!options_.stamp_entries)
+    return;
+  auto* word = reinterpret_cast<uint64_t*>(base_ + tensor_offset(entry) - kEcStampBytes);
+  std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_release);
 }
 
 void EcTensorPool::drop_reservation_locked(int64_t id) {
@@ -526,7 +560,8 @@ Status EcTensorPool::check_invariants() const {
       os << "entry " << hash << " is not indexed at its offset " << entry.offset;
       return violation(os.str());
     }
-    if (entry.size_bytes != round_up(entry.num_bytes, alignment) || entry.num_bytes == 0) {
+    if (entry.size_bytes != header_bytes_ + round_up(entry.num_bytes, alignment) ||
+        entry.num_bytes == 0) {
       os << "entry " << hash << " holds " << entry.size_bytes << " bytes for " << entry.num_bytes;
       return violation(os.str());
     }

@@ -2,8 +2,18 @@
 // EcTensorPool: the encoder worker's accounting of its tensor pool (EPD, DESIGN §2b). The
 // encoder writes each image's embeddings into the pool, keyed by mm_hash; prefill workers pull
 // them through the transfer engine. The memory is the caller's (shareable, registered with the
-// transfer engine); the pool only hands out offsets into it, so offset 0 is an allocation like
-// any other. No I/O, no threads, no clock of its own: time comes in as arguments.
+// transfer engine); the pool hands out offsets into it, so offset 0 is an allocation like any
+// other. No I/O, no threads, no clock of its own: time comes in as arguments.
+//
+// Stamps (options.stamp_entries): each entry is then preceded by a header whose last 8 bytes,
+// just before the tensor, hold the entry's stamp while it is ready or reserved and 0 otherwise.
+// A stamp is never 0, below 2^53, unique per (stamp_salt, entry) and stored with release
+// order when the entry becomes ready; it is set to 0 before the entry's memory can be handed
+// out again (eviction, expiry, abandon), with a release fence after it. So a reader in another
+// process that loads the stamp (acquire), copies the tensor, fences (acquire) and loads the
+// stamp again, seeing the entry's stamp both times, copied bytes that were the entry's
+// (seqlock reading; the EC consumer's shm fast path, ec_consumer.h). This is the only memory
+// the pool writes.
 //
 // Lifecycle of an entry:
 //   allocate() -> kAllocated (the encoder writes it; never evicted; dropped by expire() when
@@ -66,7 +76,13 @@ struct EcTensorPoolOptions {
   // A kAllocated entry not marked ready within this is dropped by expire(). Its writer must be
   // finished or gone by then (the range is reused): this is the backstop for a lost writer.
   std::chrono::milliseconds write_timeout{30'000};
+  // Write a stamp before each entry (see the top); needs alignment_bytes >= 8.
+  bool stamp_entries = false;
+  uint64_t stamp_salt = 0;  // mixed into every stamp (the EC producer's instance id)
 };
+
+// The stamp's size; it lies in the bytes just before the tensor.
+inline constexpr uint64_t kEcStampBytes = 8;
 
 struct EcAllocation {
   EcEntryId entry_id;
@@ -77,6 +93,7 @@ struct EcAllocation {
   bool must_write = false;
   EcEntryState state = EcEntryState::kAllocated;
   int num_evicted = 0;  // kReady entries evicted to make room
+  uint64_t stamp = 0;   // written when the entry becomes ready; 0 without stamp_entries
 };
 
 struct EcReservation {
@@ -84,6 +101,7 @@ struct EcReservation {
   EcEntryId entry_id;
   uint64_t offset = 0;
   uint64_t num_bytes = 0;
+  uint64_t stamp = 0;
 };
 
 struct EcEntryInfo {
@@ -92,6 +110,7 @@ struct EcEntryInfo {
   uint64_t num_bytes = 0;
   EcEntryState state = EcEntryState::kAllocated;
   int num_reservations = 0;
+  uint64_t stamp = 0;
 };
 
 struct EcExpiredReservation {
@@ -148,6 +167,8 @@ class EcTensorPool {
   uint8_t* base() const { return base_; }
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   uint64_t alignment_bytes() const { return options_.alignment_bytes; }
+  // Bytes each entry holds before its tensor (0 without stamps).
+  uint64_t header_bytes() const { return header_bytes_; }
 
   // Space for mm_hash's embeddings, evicting kReady entries if needed (see the top), or the
   // existing entry of mm_hash. InvalidArgument: num_bytes is 0 or more than the whole pool.
@@ -194,9 +215,10 @@ class EcTensorPool {
   struct Entry {
     EcEntryId id;
     std::string mm_hash;
-    uint64_t offset = 0;
-    uint64_t size_bytes = 0;  // num_bytes rounded up to the alignment
+    uint64_t offset = 0;      // of the header; the tensor starts header_bytes_ later
+    uint64_t size_bytes = 0;  // header_bytes_ + num_bytes rounded up to the alignment
     uint64_t num_bytes = 0;
+    uint64_t stamp = 0;
     bool is_ready = false;
     TimePoint write_deadline;  // while !is_ready
     int num_reservations = 0;
@@ -230,11 +252,15 @@ class EcTensorPool {
                                        uint64_t largest_gap) const;
   uint64_t largest_free_range_locked() const;
   void remove_entry_locked(Entry* entry);
+  uint64_t tensor_offset(const Entry& entry) const { return entry.offset + header_bytes_; }
+  // Stores the entry's stamp word (release order; 0 clears it).
+  void store_stamp(const Entry& entry, uint64_t value) const;
   void drop_reservation_locked(int64_t id);
 
   uint8_t* const base_;
   const uint64_t capacity_bytes_;
   const EcTensorPoolOptions options_;
+  const uint64_t header_bytes_;
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;  // GUARDED_BY(mu_); by mm_hash

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -395,6 +396,65 @@ TEST(EcTensorPoolTest, EvictionSkipsEntriesInGapsTooSmallForTheRequest) {
   EXPECT_TRUE(pool->lookup("old").has_value());
   EXPECT_FALSE(pool->lookup("newer").has_value());
   EXPECT_TRUE(pool->check_invariants().is_ok());
+}
+
+uint64_t stamp_word(const EcTensorPool& pool, uint64_t tensor_offset) {
+  uint64_t v = 0;
+  std::memcpy(&v, pool.base() + tensor_offset - kEcStampBytes, sizeof v);
+  return v;
+}
+
+// The stamp before each tensor: 0 while written, the entry's stamp while ready or reserved,
+// 0 again before the memory is handed out to another entry (what the EC consumer's mapped
+// copies check).
+TEST(EcTensorPoolTest, StampsMarkWrittenEntriesAndAreClearedBeforeReuse) {
+  Region region(1024);
+  EcTensorPoolOptions options;
+  options.alignment_bytes = kAlign;
+  options.stamp_entries = true;
+  options.stamp_salt = 12345;
+  auto pool = EcTensorPool::create(region.data(), 1024, options).value();
+  EXPECT_EQ(pool->header_bytes(), kAlign);
+
+  auto a = pool->allocate("a", 300, t0()).value();  // header 64 + 320
+  EXPECT_EQ(a.offset, kAlign);                      // the tensor starts after its header
+  EXPECT_NE(a.stamp, 0u);
+  EXPECT_LT(a.stamp, uint64_t{1} << 53);
+  std::memset(region.data() + a.offset - kEcStampBytes, 0xAB, kEcStampBytes);  // garbage
+  auto again = pool->allocate("x", 8, t0()).value();
+  EXPECT_EQ(stamp_word(*pool, again.offset), 0u) << "a new entry starts unstamped";
+  ASSERT_TRUE(pool->abandon("x", again.entry_id).is_ok());
+  write_pattern(pool->base(), a);
+  ASSERT_TRUE(pool->mark_ready("a", a.entry_id).is_ok());
+  EXPECT_EQ(stamp_word(*pool, a.offset), a.stamp);
+  auto r = pool->reserve("a", "c", t0() + std::chrono::seconds(1)).value();
+  EXPECT_EQ(r.stamp, a.stamp);
+  EXPECT_EQ(r.offset, a.offset);
+  EXPECT_EQ(pool->lookup("a")->stamp, a.stamp);
+  EXPECT_TRUE(has_pattern(pool->base(), a.entry_id, a.offset, a.num_bytes));
+
+  // Released, then evicted to make room: the stamp is cleared before the new entry's tensor
+  // (which covers the old stamp's bytes) can be written.
+  ASSERT_TRUE(pool->release(r.id));
+  auto b = pool->allocate("b", 1024 - kAlign, t0()).value();
+  EXPECT_EQ(b.num_evicted, 1);
+  EXPECT_EQ(stamp_word(*pool, a.offset), 0u);
+  EXPECT_NE(b.stamp, a.stamp);
+  EXPECT_TRUE(pool->check_invariants().is_ok()) << pool->check_invariants().to_string();
+  // Expiry of an unwritten entry also clears (it never had a stamp) and frees.
+  pool->expire(t0() + std::chrono::hours(1));
+  EXPECT_FALSE(pool->lookup("b").has_value());
+
+  // The same entry sequence under another salt stamps differently (another encoder instance).
+  Region region2(1024);
+  options.stamp_salt = 54321;
+  auto pool2 = EcTensorPool::create(region2.data(), 1024, options).value();
+  EXPECT_NE(pool2->allocate("a", 300, t0())->stamp, a.stamp);
+  // The header counts against the pool: the whole capacity no longer fits one tensor.
+  EXPECT_EQ(pool2->allocate("whole", 1024, t0()).status().code(), StatusCode::kInvalidArgument);
+  options.alignment_bytes = 4;
+  EXPECT_EQ(EcTensorPool::create(region2.data(), 1024, options).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(EcTensorPoolTest, BadArgumentsAreRefused) {

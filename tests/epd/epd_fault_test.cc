@@ -103,7 +103,8 @@ TEST_F(EpdFaultTest, FullPoolOfReservedTensorsAnswers503WithoutEvicting) {
   Reply e = post_json(encoder.port(), held);
   ASSERT_EQ(e.status, 200) << e.error << e.body.dump();
   EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_reservations"), 2);
-  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_pool_reserved_bytes"), 2 * 6400);
+  // Each tensor is preceded by the pool's 64-byte header (its stamp).
+  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_pool_reserved_bytes"), 2 * (6400 + 64));
 
   const json third = body_with({image(103)});
   Reply direct = post_json(encoder.port(), third);
@@ -187,7 +188,8 @@ TEST_F(EpdFaultTest, UnpulledReservationExpiresAndGivesItsBytesBack) {
   Reply e = post_json(encoder.port(), body_with({image(201), png_data_url(64, 64, 202)}));
   ASSERT_EQ(e.status, 200) << e.body.dump();
   EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_reservations"), 2);
-  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_pool_reserved_bytes"), 6400 + 4 * 256);
+  EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_pool_reserved_bytes"),
+            6400 + 4 * 256 + 2 * 64);  // two tensors and their 64-byte headers
   EXPECT_EQ(
       wait_for_metric(encoder.port(), "crescent_ec_producer_reservations", 0, milliseconds(4000)),
       0);
@@ -427,6 +429,13 @@ TEST_F(EpdFaultTest, SilentEncoderFailsThePullWithinTheTransferTimeout) {
   expect_same_answer(post_json(strict.port(), with_params(body, params[1])), want(body), "warm");
   EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_connections"), 2);
 
+  // Without their stamps, so that P cannot copy them out of E's mapped pool (which it would,
+  // correctly, for the first 3 heartbeat intervals of the silence): the pull must go to E.
+  for (Reply* p : {&params[2], &params[3]}) {
+    for (json& item : p->body["ec_transfer_params"]["items"]) {
+      item.erase("stamp");
+    }
+  }
   ASSERT_EQ(::kill(encoder.pid(), SIGSTOP), 0);
   Reply local;
   Reply refused;

@@ -157,9 +157,20 @@ TEST_F(EpdServeTest, UsedOrUnmatchedParamsFallBackAndGarbageIsRefused) {
   Reply want = post(colocated_->port(), body);
   body["ec_transfer_params"] = e.body["ec_transfer_params"];
   expect_same_answer(post(prefill_->port(), body), want, "first use");
-  // The reservations were released by the first pull: the second falls back to local encoding.
+  // The reservations were released by the first pull, but the entries are still cached in the
+  // encoder's pool under their stamps: on shm P copies them again from the mapped pool (the
+  // stamp proves the bytes); without the stamps the encoder refuses the released reservations
+  // and P falls back to local encoding.
   const double fallback_before = metric(prefill_->port(), "crescent_ec_fallback_local_total");
+  const double mapped_before = metric(prefill_->port(), "crescent_ec_consumer_mapped_copies_total");
   expect_same_answer(post(prefill_->port(), body), want, "second use");
+  EXPECT_EQ(metric(prefill_->port(), "crescent_ec_fallback_local_total") - fallback_before, 0);
+  EXPECT_EQ(metric(prefill_->port(), "crescent_ec_consumer_mapped_copies_total") - mapped_before,
+            2);
+  for (json& item : body["ec_transfer_params"]["items"]) {
+    item.erase("stamp");
+  }
+  expect_same_answer(post(prefill_->port(), body), want, "second use without stamps");
   EXPECT_EQ(metric(prefill_->port(), "crescent_ec_fallback_local_total") - fallback_before, 2);
 
   // Items that match no image of the request are released at once.
