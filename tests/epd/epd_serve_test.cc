@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -260,6 +261,12 @@ TEST_F(EpdServeTest, FullPoolAnswers503AndGivesBackWhatTheRequestHeld) {
 TEST_F(EpdServeTest, DecodeServerLoadsNoVisionTower) {
   ServeProcess decode(model_args({"--role", "decode"}));
   EXPECT_EQ(metric(decode.port(), "crescent_vision_tower_loaded"), 0);
+  // The log line may reach the pipe reader after /health answered (a loaded machine).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (decode.output().find("vision tower not loaded") == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   EXPECT_NE(decode.output().find("vision tower not loaded"), std::string::npos) << decode.output();
 }
 
