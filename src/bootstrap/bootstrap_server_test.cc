@@ -136,6 +136,33 @@ TEST_F(BootstrapServerTest, BadRegistrationsAre400WithTheReason) {
   EXPECT_EQ(call("GET", "/query").status, 503);
 }
 
+// A number a double cannot hold is a bad registration naming the number, not a handler's
+// exception; the server goes on registering.
+TEST_F(BootstrapServerTest, NumberOverflowIs400AndTheServerKeepsServing) {
+  start(1);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":"x","max_tokens":1e400})", "1e400"},
+      {R"({"messages":[{"role":"user","content":"hi"}],"temperature":-1e400})", "-1e400"},
+      {R"({"engine_id":"a","dp_rank":1e400,"tp_rank":0,"pp_rank":0,"addr":"tcp://127.0.0.1:1"})",
+       "1e400"},
+      {R"({"engine_id":"a","dp_rank":0,"tp_rank":0,"pp_rank":0,"addr":"tcp://127.0.0.1:1",)"
+       R"("extra":{"x":[-2e999]}})",
+       "-2e999"},
+  };
+  for (const auto& [body, number] : cases) {
+    auto r = call("POST", "/register", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_registration");
+    EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+    const std::string message = message_of(r);
+    EXPECT_NE(message.find("the body has a number out of range"), std::string::npos) << message;
+    EXPECT_NE(message.find(number + " does not fit in a double"), std::string::npos) << message;
+  }
+  EXPECT_EQ(call("GET", "/query").status, 503);  // nothing stored
+  EXPECT_EQ(call("POST", "/register", reg_body("a", 0, 0, 0, "tcp://127.0.0.1:7000")).status, 200);
+  EXPECT_EQ(call("GET", "/query").status, 200);
+}
+
 TEST_F(BootstrapServerTest, OversizedBodyIs413) {
   start(1);
   std::string big(64 << 10, ' ');

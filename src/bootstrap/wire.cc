@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+
 namespace crescent::bootstrap {
 namespace {
 
@@ -120,10 +122,7 @@ std::string registration_json(const WorkerRegistration& r) {
 }
 
 Result<WorkerRegistration> parse_registration_json(std::string_view body) {
-  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    return invalid_argument("the body is not valid JSON");
-  }
+  ASSIGN_OR_RETURN(json root, parse_json(body, "the body"));
   if (!root.is_object()) {
     return invalid_argument("the body must be a JSON object, got " + std::string(root.type_name()));
   }

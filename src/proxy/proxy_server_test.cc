@@ -634,6 +634,38 @@ TEST_F(ProxyTest, ModelsMetricsAndBadInput) {
   }
 }
 
+// A number a double cannot hold is refused with a 400 that names it, before any upstream
+// sees the request; the proxy goes on serving.
+TEST_F(ProxyTest, NumberOverflowIs400AndTheProxyKeepsServing) {
+  start({1}, 1);
+  struct Case {
+    const char* path;
+    std::string body;
+    std::string number;
+  };
+  const Case cases[] = {
+      {"/v1/completions", R"({"model":"x","prompt":"a","max_tokens":1e400})", "1e400"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"temperature":-1e400})", "-1e400"},
+  };
+  for (const auto& c : cases) {
+    auto r = post(c.path, c.body);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(r->status, 400) << c.body << " -> " << r->body;
+    Json e = parse(r->body);
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error") << r->body;
+    const std::string message = e["error"]["message"];
+    EXPECT_NE(message.find("the request body has a number out of range"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(c.number + " does not fit in a double"), std::string::npos) << message;
+    auto ok = post("/v1/completions", R"({"model":"m","prompt":"a","max_tokens":2})");
+    ASSERT_TRUE(ok.is_ok());
+    EXPECT_EQ(ok->status, 200) << ok->body;
+  }
+  EXPECT_EQ(prefills_[0]->server.requests_to("/v1/completions").size(), 2u);
+  EXPECT_TRUE(prefills_[0]->server.requests_to("/v1/chat/completions").empty());
+}
+
 TEST_F(ProxyTest, RefusesAnXRequestIdAlreadyInFlight) {
   start({1}, 1);
   auto release = std::make_shared<Gate>();

@@ -1,6 +1,7 @@
 #include "proxy/request_rewrite.h"
 
 #include "core/ids.h"
+#include "core/json.h"
 
 namespace crescent::proxy {
 namespace {
@@ -12,11 +13,10 @@ std::string dump(const Json& j) {
 }  // namespace
 
 Result<Json> parse_client_body(std::string_view body) {
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return invalid_argument(body.empty() ? "the request body is empty; expected a JSON object"
-                                         : "the request body is not valid JSON");
+  if (body.empty()) {
+    return invalid_argument("the request body is empty; expected a JSON object");
   }
+  ASSIGN_OR_RETURN(Json j, parse_json<Json>(body, "the request body"));
   if (!j.is_object()) {
     return invalid_argument("the request body must be a JSON object");
   }

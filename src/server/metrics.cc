@@ -52,7 +52,8 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
             ? static_cast<double>(engine.num_blocks_used) / engine.num_blocks_total
             : 0.0);
   gauge("crescent_kv_cache_blocks_used", "KV-cache blocks in use.", engine.num_blocks_used);
-  gauge("crescent_kv_cache_blocks_total", "KV-cache blocks in the pool.", engine.num_blocks_total);
+  // Not "_total": Prometheus keeps that suffix for counters (promtool rejects it on a gauge).
+  gauge("crescent_kv_cache_blocks", "KV-cache blocks in the pool.", engine.num_blocks_total);
   gauge("crescent_num_requests_waiting_for_remote_kv",
         "Decode-side requests waiting for a prefill engine to send their KV.",
         engine.num_waiting_for_remote_kv);

@@ -43,10 +43,19 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
           "crescent_request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1\n"),
       std::string::npos);
   EXPECT_NE(text.find("crescent_time_per_output_token_seconds_count 1\n"), std::string::npos);
-  // Every sample line is "name{labels} value" or "name value".
+  EXPECT_NE(text.find("crescent_kv_cache_blocks{model_name=\"tiny\"} 100\n"), std::string::npos);
+  // Every sample line is "name{labels} value" or "name value"; as promtool checks, "_total"
+  // ends a counter's name and no other's.
   std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
+    if (line.starts_with("# TYPE ")) {
+      std::istringstream words(line.substr(7));
+      std::string name;
+      std::string type;
+      words >> name >> type;
+      EXPECT_EQ(name.ends_with("_total"), type == "counter") << line;
+    }
     if (line.empty() || line[0] == '#') {
       continue;
     }

@@ -1,0 +1,33 @@
+#pragma once
+// Parsing JSON that comes from outside the process (request bodies, registrations) with
+// nlohmann::json, without letting the library's exceptions out. Every way a text can fail —
+// bad syntax, invalid UTF-8, trailing bytes, a number a double cannot hold (1e400) — comes
+// back as an InvalidArgument Status whose message is a sentence a client can act on.
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace crescent {
+
+namespace internal {
+// Why `text`, which nlohmann rejected, is not usable JSON (see parse_json).
+Status json_parse_error(std::string_view text, std::string_view subject);
+}  // namespace internal
+
+// Parses `text` as one JSON value; BasicJson is nlohmann::json or nlohmann::ordered_json.
+// A failure's message starts with `subject` (e.g. "the request body"):
+//   "the request body is not valid JSON: parse error at line 1, column 5: ..."
+//   "the request body has a number out of range at line 1, column 27: 1e400 does not fit in a
+//    double (largest magnitude about 1.8e308)"
+template <typename BasicJson = nlohmann::json>
+Result<BasicJson> parse_json(std::string_view text, std::string_view subject) {
+  BasicJson j = BasicJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return internal::json_parse_error(text, subject);
+  }
+  return j;
+}
+
+}  // namespace crescent
