@@ -260,8 +260,20 @@ std::vector<RequestOutput> Engine::postprocess(const ScheduleResult& schedule,
     ++row;
     TokenLogprobs logprobs;
     const bool want_logprobs = seq.sampling.logprobs.has_value();
-    const int32_t token =
-        sampler_.sample(logits, seq.sampling, seq.rng, want_logprobs ? &logprobs : nullptr);
+    // min_tokens: the tokens that would end the request may not be drawn before it is reached.
+    masked_token_ids_.clear();
+    if (seq.num_output_tokens() < seq.sampling.min_tokens) {
+      masked_token_ids_ = seq.sampling.stop_token_ids;
+      if (!seq.sampling.ignore_eos) {
+        for (int32_t id : options_.eos_token_ids) {
+          if (id >= 0 && id < vocab_size_) {
+            masked_token_ids_.push_back(id);
+          }
+        }
+      }
+    }
+    const int32_t token = sampler_.sample(logits, seq.sampling, seq.rng,
+                                          want_logprobs ? &logprobs : nullptr, masked_token_ids_);
     if (want_logprobs) {
       r.pending.logprobs.push_back(std::move(logprobs));
     }
@@ -285,11 +297,16 @@ void Engine::append_token(Request& r, int32_t token_id) {
   }
 
   FinishReason reason = FinishReason::kNone;
-  if ((!sp.ignore_eos && contains(options_.eos_token_ids, token_id)) ||
-      contains(sp.stop_token_ids, token_id)) {
-    // The stop token stays in the token ids but its text is not returned.
+  // The first min_tokens tokens never end the request, except by length (vLLM's rule).
+  const bool can_stop = seq.num_output_tokens() > sp.min_tokens;
+  if (can_stop && ((!sp.ignore_eos && contains(options_.eos_token_ids, token_id)) ||
+                   contains(sp.stop_token_ids, token_id))) {
+    // The stop token stays in the token ids; its text is returned only when asked for.
     r.pending.stop_token_id = token_id;
     reason = FinishReason::kStop;
+    if (sp.include_stop_str_in_output && r.detokenizer) {
+      r.held_text += r.detokenizer->push(token_id);
+    }
   } else {
     if (r.detokenizer) {
       r.held_text += r.detokenizer->push(token_id);
@@ -298,7 +315,7 @@ void Engine::append_token(Request& r, int32_t token_id) {
       reason = FinishReason::kLength;
     }
   }
-  if (release_text(r, reason != FinishReason::kNone)) {
+  if (release_text(r, reason != FinishReason::kNone, can_stop)) {
     reason = FinishReason::kStop;
     r.pending.stop_token_id = -1;
   }
@@ -307,34 +324,45 @@ void Engine::append_token(Request& r, int32_t token_id) {
   }
 }
 
-bool Engine::release_text(Request& r, bool final) {
+bool Engine::release_text(Request& r, bool final, bool can_stop) {
   if (!r.detokenizer) {
     return false;
   }
   if (final) {
     r.held_text += r.detokenizer->flush();
   }
-  const std::vector<std::string>& stops = r.seq.sampling.stop;
+  const SamplingParams& sp = r.seq.sampling;
+  const std::vector<std::string>& stops = sp.stop;
   // Everything returned so far is free of stop strings and of their beginnings, so a match
-  // can only lie within the held text.
+  // can only lie within the held text, and must end after the bytes decoded before
+  // min_tokens was reached.
   size_t first = std::string::npos;
   const std::string* matched = nullptr;
-  for (const std::string& stop : stops) {
-    const size_t pos = r.held_text.find(stop);
-    if (pos < first) {
-      first = pos;
-      matched = &stop;
+  const size_t num_unmatchable = r.num_held_bytes_before_min_tokens;
+  if (can_stop) {
+    for (const std::string& stop : stops) {
+      const size_t from = num_unmatchable >= stop.size() ? num_unmatchable - stop.size() + 1 : 0;
+      const size_t pos = r.held_text.find(stop, from);
+      if (pos < first) {
+        first = pos;
+        matched = &stop;
+      }
     }
   }
   if (matched != nullptr) {
-    r.pending.new_text.append(r.held_text, 0, first);
+    const size_t end = first + (sp.include_stop_str_in_output ? matched->size() : 0);
+    r.pending.new_text.append(r.held_text, 0, end);
     r.pending.stop_reason = *matched;
     r.held_text.clear();
+    r.num_held_bytes_before_min_tokens = 0;
     return true;
   }
   const size_t keep = final ? 0 : held_back_length(r.held_text, stops);
-  r.pending.new_text.append(r.held_text, 0, r.held_text.size() - keep);
-  r.held_text.erase(0, r.held_text.size() - keep);
+  const size_t num_released = r.held_text.size() - keep;
+  r.pending.new_text.append(r.held_text, 0, num_released);
+  r.held_text.erase(0, num_released);
+  r.num_held_bytes_before_min_tokens =
+      can_stop ? num_unmatchable - std::min(num_unmatchable, num_released) : r.held_text.size();
   return false;
 }
 

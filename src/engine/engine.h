@@ -161,6 +161,9 @@ class Engine {
     int mrope_delta = 0;                   // later tokens: index + delta on every axis
     std::unique_ptr<Detokenizer> detokenizer;
     std::string held_text;  // decoded but not returned: might begin a stop string
+    // The leading bytes of held_text decoded before min_tokens was reached: no stop string
+    // may end in them.
+    size_t num_held_bytes_before_min_tokens = 0;
     RequestOutput pending;  // accumulates until the next output
   };
 
@@ -171,8 +174,9 @@ class Engine {
   // Ends the request: its blocks are freed, or kept for the connector (see kv_connector.h).
   void finish(Request& request, FinishReason reason);
   // Moves decoded text to the pending output, holding back what may begin a stop string;
-  // final: flush the detokenizer and hold nothing. True when a stop string matched.
-  bool release_text(Request& request, bool final);
+  // final: flush the detokenizer and hold nothing. can_stop: min_tokens is reached, so stop
+  // strings are matched. True when a stop string matched.
+  bool release_text(Request& request, bool final, bool can_stop);
   RequestOutput take_output(Request& request);
 
   // Vision-language hooks (engine_mm.cc).
@@ -205,6 +209,7 @@ class Engine {
   BlockManager block_manager_;
   Scheduler scheduler_;
   Sampler sampler_;
+  std::vector<int32_t> masked_token_ids_;  // scratch: what min_tokens holds back this draw
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   // Prefill side: finished requests whose blocks the connector holds until kBlocksReleased.
   std::unordered_map<std::string, Sequence> held_for_remote_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/engine_test_util.h"
@@ -16,6 +17,7 @@ using testing::kEos;
 using testing::kVocab;
 using testing::run_all;
 using testing::run_alone;
+using testing::tok;
 using testing::toks;
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
@@ -267,6 +269,124 @@ TEST(EngineTest, StopTokensEosAndIgnoreEos) {
   EXPECT_EQ(got["ignore"].reason, FinishReason::kLength);
 }
 
+TEST(EngineTest, MinTokensHoldsBackEosAndStopTokens) {
+  FakeModelRunner runner(kVocab, 64, 4);
+  Engine engine(fake_options(), &runner);
+  EngineRequest eos = scripted(runner, "eos", 20, {0, kEos, 2, kEos}, 10);
+  eos.sampling.min_tokens = 3;
+  EngineRequest stop_tok = scripted(runner, "stop_tok", 21, {0, 5, 2, 5}, 10);
+  stop_tok.sampling.stop_token_ids = {5};
+  stop_tok.sampling.min_tokens = 2;
+  EngineRequest after = scripted(runner, "after", 22, {0, kEos}, 10);
+  after.sampling.min_tokens = 1;  // the second token may end it
+  EngineRequest length = scripted(runner, "length", 23, {kEos, kEos}, 2);
+  length.sampling.min_tokens = 2;  // = max_tokens: only length ends it
+  for (const EngineRequest& r : {eos, stop_tok, after, length}) {
+    ASSERT_TRUE(engine.add_request(r).is_ok()) << r.request_id;
+  }
+  auto got = run_all(engine);
+  // The EOS the model wants second is masked; the first EOS after min_tokens ends it.
+  ASSERT_EQ(got["eos"].tokens.size(), 4u);
+  EXPECT_NE(got["eos"].tokens[1], kEos);
+  EXPECT_EQ(got["eos"].tokens[3], kEos);
+  EXPECT_EQ(got["eos"].reason, FinishReason::kStop);
+  EXPECT_EQ(got["eos"].stop_token_id, kEos);
+  ASSERT_EQ(got["stop_tok"].tokens.size(), 4u);
+  EXPECT_NE(got["stop_tok"].tokens[1], 5);
+  EXPECT_NE(got["stop_tok"].tokens[1], kEos);  // EOS is masked too
+  EXPECT_EQ(got["stop_tok"].stop_token_id, 5);
+  EXPECT_EQ(got["after"].tokens, (std::vector<int32_t>{0, kEos}));
+  EXPECT_EQ(got["after"].reason, FinishReason::kStop);
+  ASSERT_EQ(got["length"].tokens.size(), 2u);
+  EXPECT_EQ(std::count(got["length"].tokens.begin(), got["length"].tokens.end(), kEos), 0);
+  EXPECT_EQ(got["length"].reason, FinishReason::kLength);
+  EXPECT_EQ(engine.stats().num_blocks_used, 0);
+}
+
+// vLLM's rule: a stop string is honoured only when it ends in a token after the first
+// min_tokens; one that starts before and ends after counts.
+TEST(EngineTest, MinTokensDefersStopStrings) {
+  FakeModelRunner runner(kVocab, 64, 4);
+  Engine engine(fake_options(), &runner);
+  EngineRequest again = scripted(runner, "again", 20, toks("abab"), 4);
+  again.sampling.stop = {"ab"};
+  again.sampling.min_tokens = 2;
+  EngineRequest across = scripted(runner, "across", 21, toks("xab"), 3);
+  across.sampling.stop = {"ab"};
+  across.sampling.min_tokens = 2;
+  // "b" is complete at the second token, while "ab" (a start of "abc") is held back: it must
+  // not match later.
+  EngineRequest inside = scripted(runner, "inside", 22, toks("abd"), 3);
+  inside.sampling.stop = {"b", "abc"};
+  inside.sampling.min_tokens = 2;
+  EngineRequest control = inside;
+  control.request_id = "control";
+  control.sampling.min_tokens = 0;
+  for (const EngineRequest& r : {again, across, inside, control}) {
+    ASSERT_TRUE(engine.add_request(r).is_ok()) << r.request_id;
+  }
+  auto got = run_all(engine);
+  EXPECT_EQ(got["again"].text, "ab");
+  EXPECT_EQ(got["again"].tokens, toks("abab"));
+  EXPECT_EQ(got["again"].stop_reason, "ab");
+  EXPECT_EQ(got["across"].text, "x");
+  EXPECT_EQ(got["across"].stop_reason, "ab");
+  EXPECT_EQ(got["inside"].text, "abd");
+  EXPECT_EQ(got["inside"].reason, FinishReason::kLength);
+  EXPECT_EQ(got["control"].text, "a");
+  EXPECT_EQ(got["control"].stop_reason, "b");
+}
+
+TEST(EngineTest, IncludeStopStrInOutput) {
+  FakeModelRunner runner(kVocab, 64, 4);
+  Engine engine(fake_options(), &runner);
+  EngineRequest str = scripted(runner, "str", 20, toks("hello world"));
+  str.sampling.stop = {"lo w"};
+  str.sampling.include_stop_str_in_output = true;
+  // The stop string ends inside the piece "ab": the text stops with it.
+  EngineRequest piece = scripted(runner, "piece", 21, {tok('h'), 38, tok('c')});
+  piece.sampling.stop = {"ha"};
+  piece.sampling.include_stop_str_in_output = true;
+  EngineRequest stop_tok = scripted(runner, "stop_tok", 22, {0, 1, 5, 2});
+  stop_tok.sampling.stop_token_ids = {5};
+  stop_tok.sampling.include_stop_str_in_output = true;
+  EngineRequest eos = scripted(runner, "eos", 23, {0, kEos});
+  eos.sampling.include_stop_str_in_output = true;
+  for (const EngineRequest& r : {str, piece, stop_tok, eos}) {
+    ASSERT_TRUE(engine.add_request(r).is_ok()) << r.request_id;
+  }
+  auto got = run_all(engine);
+  EXPECT_EQ(got["str"].text, "hello w");
+  EXPECT_EQ(got["str"].stop_reason, "lo w");
+  EXPECT_EQ(got["str"].reason, FinishReason::kStop);
+  EXPECT_EQ(got["piece"].text, "ha");
+  EXPECT_EQ(got["piece"].stop_reason, "ha");
+  EXPECT_EQ(got["stop_tok"].text, "abf");  // the stop token's text is returned too
+  EXPECT_EQ(got["stop_tok"].stop_token_id, 5);
+  EXPECT_EQ(got["eos"].text, "a");  // EOS is special: skipped as text
+  EXPECT_EQ(got["eos"].stop_token_id, kEos);
+}
+
+TEST(EngineTest, LogitBiasSteersGreedy) {
+  FakeModelRunner runner(kVocab, 64, 4);
+  Engine engine(fake_options(), &runner);
+  EngineRequest up;
+  up.request_id = "up";
+  up.prompt_token_ids = {1, 2, 3};
+  up.sampling.temperature = 0;
+  up.sampling.max_tokens = 4;
+  up.sampling.logit_bias = {{9, 100.0f}};
+  EngineRequest down = scripted(runner, "down", 20, {0, 0, 0}, 3);
+  down.sampling.logit_bias = {{0, -100.0f}};  // the model's 100 becomes 0, below the rest
+  ASSERT_TRUE(engine.add_request(up).is_ok());
+  ASSERT_TRUE(engine.add_request(down).is_ok());
+  auto got = run_all(engine);
+  EXPECT_EQ(got["up"].tokens, (std::vector<int32_t>{9, 9, 9, 9}));
+  EXPECT_EQ(got["up"].text, "jjjj");
+  ASSERT_FALSE(got["down"].tokens.empty());
+  EXPECT_EQ(std::count(got["down"].tokens.begin(), got["down"].tokens.end(), 0), 0);
+}
+
 TEST(EngineTest, MaxTokensAndMaxModelLen) {
   FakeModelRunner runner(kVocab, 64, 4);
   EngineOptions o = fake_options();
@@ -359,6 +479,15 @@ TEST(EngineTest, AddRequestRejectsBadRequests) {
   bad.sampling.top_p = 0;
   s = engine.add_request(bad);
   EXPECT_NE(s.message().find("top_p"), std::string::npos) << s.message();
+  bad.sampling = {};
+  bad.sampling.max_tokens = 3;
+  bad.sampling.min_tokens = 4;
+  s = engine.add_request(bad);
+  EXPECT_NE(s.message().find("min_tokens"), std::string::npos) << s.message();
+  bad.sampling = {};
+  bad.sampling.logit_bias = {{kVocab, 1.0f}};
+  s = engine.add_request(bad);
+  EXPECT_NE(s.message().find("logit_bias"), std::string::npos) << s.message();
 
   EngineOptions no_text = fake_options();
   no_text.make_detokenizer = nullptr;

@@ -71,9 +71,26 @@ double Rng::next_double() {
 }
 
 int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
-                        TokenLogprobs* logprobs) {
+                        TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids) {
   CRESCENT_CHECK(!logits.empty()) << "empty logits row";
-  int32_t chosen = params.is_greedy() ? argmax(logits) : sample_random(logits, params, rng);
+  // logit_bias and the mask change what is chosen, not the logprobs reported (vLLM's
+  // raw_logprobs): those come from the logits as the model gave them.
+  std::span<const float> choice_logits = logits;
+  if (!params.logit_bias.empty() || !masked_token_ids.empty()) {
+    const auto vocab = static_cast<int32_t>(logits.size());
+    adjusted_.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : params.logit_bias) {
+      CRESCENT_CHECK(id >= 0 && id < vocab) << "logit_bias token id " << id << " not validated";
+      adjusted_[id] += bias;
+    }
+    for (int32_t id : masked_token_ids) {
+      CRESCENT_CHECK(id >= 0 && id < vocab) << "masked token id " << id << " not validated";
+      adjusted_[id] = -std::numeric_limits<float>::infinity();
+    }
+    choice_logits = adjusted_;
+  }
+  int32_t chosen =
+      params.is_greedy() ? argmax(choice_logits) : sample_random(choice_logits, params, rng);
   if (logprobs != nullptr && params.logprobs.has_value()) {
     fill_logprobs(logits, chosen, *params.logprobs, logprobs);
   }

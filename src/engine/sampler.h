@@ -1,8 +1,8 @@
 #pragma once
-// Sampler: picks one token from one row of logits under SamplingParams (greedy, temperature,
-// min_p, top_k, top_p, in vLLM's order) and computes logprobs. Rng is the per-request random
-// state, so a seeded request draws the same numbers whatever else is batched with it.
-// A Sampler keeps scratch buffers: use one per thread.
+// Sampler: picks one token from one row of logits under SamplingParams (logit_bias and masked
+// tokens, then greedy, temperature, min_p, top_k, top_p, in vLLM's order) and computes logprobs.
+// Rng is the per-request random state, so a seeded request draws the same numbers whatever else is
+// batched with it. A Sampler keeps scratch buffers: use one per thread.
 
 #include <cstdint>
 #include <span>
@@ -36,15 +36,18 @@ struct TokenLogprobs {
 class Sampler {
  public:
   // Returns the chosen token id. Advances rng once unless the params are greedy. Fills
-  // *logprobs when params.logprobs is set and logprobs != nullptr.
+  // *logprobs when params.logprobs is set and logprobs != nullptr (from the logits as given).
+  // masked_token_ids may not be chosen (min_tokens holds back EOS and stop tokens this way)
+  // unless every token is masked.
   int32_t sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
-                 TokenLogprobs* logprobs);
+                 TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids = {});
 
  private:
   int32_t sample_random(std::span<const float> logits, const SamplingParams& params, Rng& rng);
   void fill_logprobs(std::span<const float> logits, int32_t chosen, int num_top,
                      TokenLogprobs* out);
 
+  std::vector<float> adjusted_;  // the logits with logit_bias and the mask applied
   std::vector<int32_t> candidates_;
   std::vector<double> weights_;
 };

@@ -65,6 +65,25 @@ TEST(SamplingParamsTest, ValidateNamesTheBadField) {
   p = {};
   p.temperature = NAN;
   EXPECT_FALSE(validate(p, 100).is_ok());
+  p = {};
+  p.max_tokens = 4;
+  p.min_tokens = 4;
+  EXPECT_TRUE(validate(p, 100).is_ok());
+  p.min_tokens = 5;
+  EXPECT_NE(validate(p, 100).message().find("min_tokens"), std::string::npos);
+  p.min_tokens = -1;
+  EXPECT_NE(validate(p, 100).message().find("min_tokens"), std::string::npos);
+  p = {};
+  p.logit_bias = {{3, -100.0f}, {99, 100.0f}};
+  EXPECT_TRUE(validate(p, 100).is_ok());
+  p.logit_bias = {{100, 1.0f}};
+  EXPECT_NE(validate(p, 100).message().find("logit_bias token id 100"), std::string::npos);
+  p.logit_bias = {{1, 100.5f}};
+  EXPECT_NE(validate(p, 100).message().find("logit_bias values"), std::string::npos);
+  p.logit_bias = {{1, NAN}};
+  EXPECT_FALSE(validate(p, 100).is_ok());
+  p.logit_bias = {{2, 1.0f}, {1, 1.0f}};
+  EXPECT_NE(validate(p, 100).message().find("ordered"), std::string::npos);
 }
 
 TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTies) {
@@ -193,6 +212,55 @@ TEST(SamplerTest, LogprobsComeFromTheUnmodifiedLogSoftmax) {
   p.logprobs = 0;  // only the sampled token
   sampler.sample(logits, p, rng, &lp);
   EXPECT_TRUE(lp.top.empty());
+}
+
+TEST(SamplerTest, LogitBiasMovesTheChoiceNotTheLogprobs) {
+  Sampler sampler;
+  Rng rng(5);
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 1;
+  p.logit_bias = {{0, 100.0f}};  // the least likely token
+  TokenLogprobs lp;
+  EXPECT_EQ(sampler.sample(log_probs(kProbs), p, rng, &lp), 0);
+  // Logprobs are the model's (vLLM's raw logprobs), before the bias.
+  EXPECT_NEAR(lp.sampled.logprob, std::log(kProbs[0]), 1e-5);
+  EXPECT_EQ(lp.top[0].token_id, 1);
+  // A small bias reorders the close ones: 3 (0.2) over 1 (0.5) needs > ln(2.5).
+  p.logit_bias = {{3, 1.0f}};
+  EXPECT_EQ(sampler.sample(log_probs(kProbs), p, rng, nullptr), 3);
+  p.logit_bias = {{3, 0.5f}};
+  EXPECT_EQ(sampler.sample(log_probs(kProbs), p, rng, nullptr), 1);
+  // Random sampling: -100 bans a token for all practical purposes, +100 forces one.
+  p = {};
+  p.temperature = 1.0f;
+  p.logit_bias = {{1, -100.0f}, {3, -100.0f}};
+  EXPECT_EQ(sampled_set(log_probs(kProbs), p), (std::set<int32_t>{0, 2, 4}));
+  p.logit_bias = {{2, 100.0f}};
+  p.top_k = 2;
+  p.top_p = 0.9f;
+  EXPECT_EQ(sampled_set(log_probs(kProbs), p), (std::set<int32_t>{2}));
+}
+
+TEST(SamplerTest, MaskedTokensAreNeverChosen) {
+  Sampler sampler;
+  Rng rng(6);
+  SamplingParams p;
+  p.temperature = 0;
+  const std::vector<int32_t> mask = {1};
+  EXPECT_EQ(sampler.sample(log_probs(kProbs), p, rng, nullptr, mask), 3);
+  // Over a +100 bias too: the mask is the last word.
+  p.logit_bias = {{1, 100.0f}};
+  EXPECT_EQ(sampler.sample(log_probs(kProbs), p, rng, nullptr, mask), 3);
+  p = {};
+  p.temperature = 1.5f;
+  const std::vector<int32_t> two = {1, 4};
+  Rng draw(8);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 4000; ++i) {
+    seen.insert(sampler.sample(log_probs(kProbs), p, draw, nullptr, two));
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 2, 3}));
 }
 
 TEST(SamplerTest, LargeVocabularyTopKTopP) {

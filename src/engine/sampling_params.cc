@@ -31,6 +31,11 @@ Status validate(const SamplingParams& p, int vocab_size) {
   if (p.max_tokens < 1) {
     return bad("max_tokens must be at least 1", p.max_tokens);
   }
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    std::ostringstream os;
+    os << "min_tokens must be in [0, max_tokens = " << p.max_tokens << "], got " << p.min_tokens;
+    return invalid_argument(os.str());
+  }
   if (p.logprobs.has_value() && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs)) {
     std::ostringstream os;
     os << "logprobs must be in [0, " << kMaxLogprobs << "], got " << *p.logprobs;
@@ -46,6 +51,20 @@ Status validate(const SamplingParams& p, int vocab_size) {
       std::ostringstream os;
       os << "stop_token_ids entry " << id << " is outside the vocabulary [0, " << vocab_size << ")";
       return invalid_argument(os.str());
+    }
+  }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto [id, bias] = p.logit_bias[i];
+    if (id < 0 || id >= vocab_size) {
+      std::ostringstream os;
+      os << "logit_bias token id " << id << " is outside the vocabulary [0, " << vocab_size << ")";
+      return invalid_argument(os.str());
+    }
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return bad("logit_bias values must be in [-100, 100]", bias);
+    }
+    if (i > 0 && p.logit_bias[i - 1].first >= id) {
+      return invalid_argument("logit_bias must be ordered by token id, each id once");
     }
   }
   return Status::ok();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -14,6 +15,8 @@ namespace crescent::engine {
 
 // The most top logprobs a request may ask for per token (vLLM's default max_logprobs).
 inline constexpr int kMaxLogprobs = 20;
+// OpenAI's bound on a logit_bias value.
+inline constexpr float kMaxLogitBias = 100.0f;
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
@@ -23,11 +26,22 @@ struct SamplingParams {
   // Same seed, same logits -> same tokens, whatever else is in the batch. Absent: random.
   std::optional<uint64_t> seed;
   int32_t max_tokens = 16;
-  std::vector<std::string> stop;        // stop strings; never part of the returned text
-  std::vector<int32_t> stop_token_ids;  // kept in the token ids, their text is not returned
+  // Stop strings: not part of the returned text unless include_stop_str_in_output.
+  std::vector<std::string> stop;
+  // Kept in the token ids; their text is returned only with include_stop_str_in_output.
+  std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // vLLM's: the text ends with the stop string (or stop token) that ended generation.
+  bool include_stop_str_in_output = false;
+  // vLLM's: until this many tokens are generated, EOS (unless ignore_eos) and stop_token_ids
+  // are masked out of sampling and stop strings are not matched. At most max_tokens.
+  int32_t min_tokens = 0;
+  // OpenAI's: added to the token's logit before sampling (greedy included), in [-100, 100].
+  // Ordered by token id, ids unique.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Absent: no logprobs. N: the sampled token's logprob plus the N most likely tokens, all from
-  // the unmodified log-softmax of the logits (before temperature and filters), as vLLM does.
+  // the unmodified log-softmax of the logits (before logit_bias, min_tokens, temperature and
+  // filters), as vLLM does.
   std::optional<int32_t> logprobs;
   bool skip_special_tokens = true;
 

@@ -1,7 +1,12 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <utility>
+
+#include "core/json.h"
 
 namespace crescent::server {
 namespace {
@@ -209,6 +214,21 @@ std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out)
     }
     ChatMessage message;
     message.role = role->get<std::string>();
+    // Tool calling is not implemented: a conversation that carries tool calls or their results
+    // would be rendered without them, so it is refused rather than answered wrongly.
+    if (message.role == "tool" || message.role == "function") {
+      return bad_request("messages with role '" + message.role +
+                             "' are not supported (this server does not do tool calling)",
+                         "messages");
+    }
+    for (const char* field : {"tool_calls", "function_call"}) {
+      auto calls = m.find(field);
+      if (calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
+        return bad_request(std::string("messages with '") + field +
+                               "' are not supported (this server does not do tool calling)",
+                           "messages");
+      }
+    }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       message.content = "";
@@ -250,6 +270,144 @@ std::optional<ApiError> parse_stop(const json& body, engine::SamplingParams* sam
     }
     if (!s.get<std::string>().empty()) {
       sampling->stop.push_back(s.get<std::string>());
+    }
+  }
+  return std::nullopt;
+}
+
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}. Whether the ids are in the
+// vocabulary is checked once the engine is known.
+std::optional<ApiError> parse_logit_bias(const json& body, engine::SamplingParams* sampling) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_object()) {
+    return wrong_type("logit_bias", "an object mapping token ids to biases", *it);
+  }
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return bad_request(
+          "'logit_bias' keys must be token ids (non-negative integers), got '" + clip(key) + "'",
+          "logit_bias");
+    }
+    if (!value.is_number()) {
+      return bad_request("'logit_bias' values must be numbers, got " +
+                             std::string(type_name(value)) + " for token " + key,
+                         "logit_bias");
+    }
+    const double bias = value.get<double>();
+    if (!(bias >= -engine::kMaxLogitBias && bias <= engine::kMaxLogitBias)) {
+      return bad_request("'logit_bias' values must be in [-100, 100], got " + std::to_string(bias) +
+                             " for token " + key,
+                         "logit_bias");
+    }
+    sampling->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  // Keys are ordered as strings ("10" < "9"), and "05" and "5" are one token.
+  std::sort(sampling->logit_bias.begin(), sampling->logit_bias.end());
+  for (size_t i = 1; i < sampling->logit_bias.size(); ++i) {
+    if (sampling->logit_bias[i].first == sampling->logit_bias[i - 1].first) {
+      return bad_request("'logit_bias' names token id " +
+                             std::to_string(sampling->logit_bias[i].first) + " more than once",
+                         "logit_bias");
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_null(const json& v) {
+  return v.is_null();
+}
+bool is_null_or_empty(const json& v) {
+  // json::empty() is false for every string, "" included.
+  return v.is_null() || ((v.is_array() || v.is_object()) && v.empty()) ||
+         (v.is_string() && v.get_ref<const std::string&>().empty());
+}
+bool is_null_or_false(const json& v) {
+  return v.is_null() || v == false;
+}
+bool is_null_or_one(const json& v) {
+  return v.is_null() || (v.is_number() && v.get<double>() == 1);
+}
+bool is_null_or_zero(const json& v) {
+  return v.is_null() || (v.is_number() && v.get<double>() == 0);
+}
+bool is_null_or_none(const json& v) {
+  return v.is_null() || v == "none";
+}
+bool is_text_format(const json& v) {
+  return v.is_null() || (v.is_object() && v.size() == 1 && v.value("type", json()) == "text");
+}
+bool is_text_modality(const json& v) {
+  return v.is_null() || v == json::array({"text"});
+}
+
+// Fields of OpenAI's and vLLM's APIs that crescent does not implement. Each is accepted only
+// at a value that asks for nothing (`accepted`); any other value is a 400 naming the field,
+// never a 200 with an answer that ignored it.
+struct UnsupportedField {
+  const char* name;
+  bool (*asks_for_nothing)(const json&);
+  const char* accepted;
+};
+
+constexpr UnsupportedField kUnsupportedFields[] = {
+    {"best_of", is_null_or_one, "null or 1"},
+    {"use_beam_search", is_null_or_false, "null or false"},
+    {"length_penalty", is_null_or_one, "null or 1"},
+    {"response_format", is_text_format, R"(null or {"type": "text"})"},
+    {"tools", is_null_or_empty, "null or []"},
+    {"tool_choice", is_null_or_none, R"(null or "none")"},
+    {"functions", is_null_or_empty, "null or []"},
+    {"function_call", is_null_or_none, R"(null or "none")"},
+    {"chat_template", is_null, "null"},
+    {"chat_template_kwargs", is_null_or_empty, "null or {}"},
+    {"continue_final_message", is_null_or_false, "null or false"},
+    {"documents", is_null, "null"},
+    {"mm_processor_kwargs", is_null_or_empty, "null or {}"},
+    {"guided_json", is_null, "null"},
+    {"guided_regex", is_null, "null"},
+    {"guided_choice", is_null, "null"},
+    {"guided_grammar", is_null, "null"},
+    {"structured_outputs", is_null, "null"},
+    {"allowed_token_ids", is_null, "null"},
+    {"bad_words", is_null_or_empty, "null or []"},
+    {"prompt_logprobs", is_null, "null"},
+    {"return_tokens_as_token_ids", is_null_or_false, "null or false"},
+    {"truncate_prompt_tokens", is_null, "null"},
+    {"priority", is_null_or_zero, "null or 0"},
+    {"cache_salt", is_null, "null"},
+    {"suffix", is_null_or_empty, R"(null or "")"},
+    {"prediction", is_null, "null"},
+    {"audio", is_null, "null"},
+    {"modalities", is_text_modality, R"(null or ["text"])"},
+    {"reasoning_effort", is_null, "null"},
+    {"web_search_options", is_null, "null"},
+};
+
+std::optional<ApiError> refuse_unsupported(const json& body, Endpoint endpoint) {
+  for (const UnsupportedField& f : kUnsupportedFields) {
+    auto it = body.find(f.name);
+    if (it != body.end() && !f.asks_for_nothing(*it)) {
+      return bad_request(std::string("'") + f.name +
+                             "' is not supported by this server (accepted only as " + f.accepted +
+                             ")",
+                         f.name);
+    }
+  }
+  // vLLM's add_special_tokens, at what crescent does: the chat template holds its own special
+  // tokens, a completion prompt gets the tokenizer's.
+  const bool is_chat = endpoint == Endpoint::kChat;
+  if (auto it = body.find("add_special_tokens"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean() || it->get<bool>() != !is_chat) {
+      return bad_request(std::string("'add_special_tokens' is not supported by this server "
+                                     "(accepted only as null or ") +
+                             (is_chat ? "false" : "true") + " on this endpoint)",
+                         "add_special_tokens");
     }
   }
   return std::nullopt;
@@ -328,6 +486,17 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
     CRESCENT_RETURN_IF_API_ERROR(get_token_ids(*it, "stop_token_ids", &s.stop_token_ids));
   }
   CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "ignore_eos", &s.ignore_eos));
+  CRESCENT_RETURN_IF_API_ERROR(
+      get_bool(body, "include_stop_str_in_output", &s.include_stop_str_in_output));
+  present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_int(body, "min_tokens", &i, &present));
+  if (present) {
+    if (i < 0 || i > std::numeric_limits<int32_t>::max()) {
+      return bad_request("'min_tokens' must be at least 0, got " + std::to_string(i), "min_tokens");
+    }
+    s.min_tokens = static_cast<int32_t>(i);
+  }
+  CRESCENT_RETURN_IF_API_ERROR(parse_logit_bias(body, &s));
   CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "skip_special_tokens", &s.skip_special_tokens));
   // Penalties are accepted only at their neutral value: crescent does not implement them.
   for (const char* field : {"presence_penalty", "frequency_penalty"}) {
@@ -456,16 +625,11 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
                                                  GenerationRequest* out) {
   out->endpoint = endpoint;
   // The parser rejects invalid UTF-8 inside strings, so prompts reach the tokenizer valid.
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    try {
-      json ignored = json::parse(body);
-      (void)ignored;
-    } catch (const json::parse_error& e) {
-      return bad_request(std::string("the request body is not valid JSON: ") + e.what());
-    }
-    return bad_request("the request body is not valid JSON");
+  auto parsed = parse_json(body, "the request body");
+  if (!parsed.is_ok()) {
+    return bad_request(parsed.status().message());
   }
+  json j = std::move(parsed).value();
   if (!j.is_object()) {
     return bad_request("the request body must be a JSON object");
   }
@@ -480,6 +644,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
   } else {
     CRESCENT_RETURN_IF_API_ERROR(parse_messages(j, out));
   }
+  CRESCENT_RETURN_IF_API_ERROR(refuse_unsupported(j, endpoint));
   CRESCENT_RETURN_IF_API_ERROR(parse_sampling(j, out));
   CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "stream", &out->stream));
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
@@ -487,6 +652,8 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
       return wrong_type("stream_options", "an object", *it);
     }
     CRESCENT_RETURN_IF_API_ERROR(get_bool(*it, "include_usage", &out->include_usage));
+    CRESCENT_RETURN_IF_API_ERROR(
+        get_bool(*it, "continuous_usage_stats", &out->continuous_usage_stats));
   }
   if (auto it = j.find("kv_transfer_params"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {
@@ -500,6 +667,20 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
       return wrong_type("ec_transfer_params", "an object", *it);
     }
     out->ec_transfer_params = *it;
+  }
+  engine::SamplingParams& s = out->sampling;
+  if (out->max_tokens_given && s.min_tokens > s.max_tokens) {
+    // A prefill server's request (do_remote_decode) is the client's body with max_tokens set
+    // to 1 by the proxy; its one token is thrown away and the decode server, which gets the
+    // client's max_tokens, applies min_tokens. So only the decode side checks it.
+    if (out->kv_transfer.do_remote_decode) {
+      s.min_tokens = s.max_tokens;
+    } else {
+      return bad_request("'min_tokens' (" + std::to_string(s.min_tokens) +
+                             ") must not be greater than 'max_tokens' (" +
+                             std::to_string(s.max_tokens) + ")",
+                         "min_tokens");
+    }
   }
   return std::nullopt;
 }

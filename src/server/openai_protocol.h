@@ -50,6 +50,8 @@ struct GenerationRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;
+  // stream_options.continuous_usage_stats (vLLM's): every chunk carries the running usage.
+  bool continuous_usage_stats = false;
   // Chat: logprobs is a bool and top_logprobs the count; completions: logprobs is the count.
   bool want_logprobs = false;
   std::optional<nlohmann::json> kv_transfer_params;  // as sent: echoed in the response
@@ -61,7 +63,10 @@ struct GenerationRequest {
 
 // Parses and checks a body; everything that does not need the engine (types, ranges,
 // n == 1, non-empty messages, content part types) is checked here. Image URLs are not
-// fetched or checked beyond being non-empty strings.
+// fetched or checked beyond being non-empty strings; logit_bias ids and min_tokens against a
+// defaulted max_tokens are checked once the engine is known. Fields crescent knows but does
+// not implement (best_of, response_format, tools, guided decoding, ...) are a 400 naming them
+// unless they ask for nothing; fields it does not know are ignored.
 std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
                                                  GenerationRequest* out);
 

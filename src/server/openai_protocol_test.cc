@@ -192,11 +192,184 @@ TEST(OpenAiProtocolTest, BadValuesNameTheirField) {
   }
 }
 
+TEST(OpenAiProtocolTest, ParsesVllmSamplingExtensions) {
+  auto r = parse_ok(R"({"prompt":"x","max_tokens":8,"min_tokens":3,
+      "include_stop_str_in_output":true,"logit_bias":{"10":5,"9":-100,"07":100.0},
+      "stream":true,"stream_options":{"continuous_usage_stats":true}})");
+  EXPECT_EQ(r.sampling.min_tokens, 3);
+  EXPECT_TRUE(r.sampling.include_stop_str_in_output);
+  // Ordered by id (not as the keys sort as strings), "07" is token 7.
+  EXPECT_EQ(r.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, 100.0f}, {9, -100.0f}, {10, 5.0f}}));
+  EXPECT_TRUE(r.continuous_usage_stats);
+  EXPECT_FALSE(r.include_usage);
+  // Defaults: nothing asked for.
+  r = parse_ok(R"({"prompt":"x","logit_bias":{},"min_tokens":null,"stream_options":{}})");
+  EXPECT_EQ(r.sampling.min_tokens, 0);
+  EXPECT_FALSE(r.sampling.include_stop_str_in_output);
+  EXPECT_TRUE(r.sampling.logit_bias.empty());
+  EXPECT_FALSE(r.continuous_usage_stats);
+  // min_tokens may equal max_tokens; without max_tokens it is checked once the default is known.
+  EXPECT_EQ(parse_ok(R"({"prompt":"x","max_tokens":4,"min_tokens":4})").sampling.min_tokens, 4);
+  EXPECT_EQ(parse_ok(R"({"prompt":"x","min_tokens":400})").sampling.min_tokens, 400);
+  // A prefill server's body has max_tokens 1 (set by the proxy) and the client's min_tokens:
+  // the decode server applies it, so the prefill side takes it as 1 instead of refusing.
+  r = parse_ok(R"({"prompt":"x","max_tokens":1,"min_tokens":5,
+      "kv_transfer_params":{"do_remote_decode":true,"transfer_id":"xfer-1"}})");
+  EXPECT_EQ(r.sampling.min_tokens, 1);
+}
+
+TEST(OpenAiProtocolTest, BadSamplingExtensionsNameTheirField) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;  // a piece of the message
+  };
+  const Case cases[] = {
+      {R"({"prompt":"x","min_tokens":-1})", "min_tokens", "at least 0"},
+      {R"({"prompt":"x","min_tokens":1.5})", "min_tokens", "an integer"},
+      {R"({"prompt":"x","max_tokens":3,"min_tokens":4})", "min_tokens", "greater than"},
+      {R"({"prompt":"x","max_completion_tokens":3,"min_tokens":4})", "min_tokens", "greater"},
+      {R"({"prompt":"x","include_stop_str_in_output":1})", "include_stop_str_in_output",
+       "a boolean"},
+      {R"({"prompt":"x","logit_bias":[1]})", "logit_bias", "an object"},
+      {R"({"prompt":"x","logit_bias":{"abc":1}})", "logit_bias", "'abc'"},
+      {R"({"prompt":"x","logit_bias":{"-1":1}})", "logit_bias", "'-1'"},
+      {R"({"prompt":"x","logit_bias":{"5 ":1}})", "logit_bias", "token ids"},
+      {R"({"prompt":"x","logit_bias":{"99999999999":1}})", "logit_bias", "token ids"},
+      {R"({"prompt":"x","logit_bias":{"5":101}})", "logit_bias", "[-100, 100]"},
+      {R"({"prompt":"x","logit_bias":{"5":-100.5}})", "logit_bias", "[-100, 100]"},
+      {R"({"prompt":"x","logit_bias":{"5":"1"}})", "logit_bias", "numbers"},
+      {R"({"prompt":"x","logit_bias":{"5":1,"05":2}})", "logit_bias", "more than once"},
+      {R"({"prompt":"x","stream_options":{"continuous_usage_stats":"yes"}})",
+       "continuous_usage_stats", "a boolean"},
+  };
+  for (const auto& c : cases) {
+    ApiError e = parse_error(c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.message), std::string::npos) << c.body << " -> " << e.message;
+  }
+}
+
+// Fields crescent does not implement are refused by name unless they ask for nothing, on both
+// endpoints; what they would ask for is never silently dropped.
+TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
+  const char* refused[] = {
+      R"("best_of":2)",
+      R"("use_beam_search":true)",
+      R"("length_penalty":0.5)",
+      R"("response_format":{"type":"json_object"})",
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
+      R"("response_format":{"type":"text","extra":1})",
+      R"("tools":[{"type":"function","function":{"name":"f"}}])",
+      R"("tool_choice":"auto")",
+      R"("tool_choice":{"type":"function","function":{"name":"f"}})",
+      R"("functions":[{"name":"f"}])",
+      R"("function_call":"auto")",
+      R"("chat_template":"{{ messages }}")",
+      R"("chat_template_kwargs":{"enable_thinking":false})",
+      R"("continue_final_message":true)",
+      R"("documents":[])",
+      R"("mm_processor_kwargs":{"fps":1})",
+      R"("guided_json":{"type":"object"})",
+      R"("guided_regex":"a+")",
+      R"("guided_choice":["a","b"])",
+      R"("guided_grammar":"root ::= \"a\"")",
+      R"("structured_outputs":{"regex":"a"})",
+      R"("allowed_token_ids":[1,2])",
+      R"("bad_words":["x"])",
+      R"("prompt_logprobs":0)",
+      R"("return_tokens_as_token_ids":true)",
+      R"("truncate_prompt_tokens":5)",
+      R"("priority":1)",
+      R"("cache_salt":"tenant")",
+      R"("suffix":"end")",
+      R"("prediction":{"type":"content","content":"x"})",
+      R"("audio":{"voice":"alloy"})",
+      R"("modalities":["text","audio"])",
+      R"("reasoning_effort":"low")",
+      R"("web_search_options":{})",
+  };
+  for (const char* field : refused) {
+    const std::string_view quoted(field);
+    const std::string name(quoted.substr(1, quoted.find('"', 1) - 1));
+    for (auto [endpoint, head] :
+         {std::pair{Endpoint::kCompletions, R"({"prompt":"x",)"},
+          std::pair{Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],)"}}) {
+      std::string body = head;
+      body.append(field).append("}");
+      ApiError e = parse_error(body, endpoint);
+      EXPECT_EQ(e.http_status, 400) << body;
+      EXPECT_EQ(e.param, name) << body;
+      EXPECT_NE(e.message.find("'" + name + "' is not supported"), std::string::npos)
+          << body << " -> " << e.message;
+    }
+  }
+  // The values that ask for nothing are accepted.
+  parse_ok(R"({"prompt":"x","best_of":1,"use_beam_search":false,"length_penalty":1,
+      "response_format":{"type":"text"},"tools":[],"tool_choice":"none","functions":null,
+      "function_call":"none","chat_template":null,"chat_template_kwargs":{},
+      "continue_final_message":false,"mm_processor_kwargs":{},"guided_json":null,
+      "guided_regex":null,"guided_choice":null,"guided_grammar":null,"bad_words":[],
+      "prompt_logprobs":null,"return_tokens_as_token_ids":false,"priority":0,"suffix":"",
+      "modalities":["text"],"add_special_tokens":true,"user":"u","n":1})");
+  parse_ok(R"({"messages":[{"role":"user","content":"x"}],"best_of":null,"tools":null,
+      "tool_choice":null,"add_special_tokens":false})",
+           Endpoint::kChat);
+  // add_special_tokens only at what each endpoint does.
+  EXPECT_EQ(parse_error(R"({"prompt":"x","add_special_tokens":false})").param,
+            "add_special_tokens");
+  EXPECT_EQ(parse_error(R"({"messages":[{"role":"user","content":"x"}],"add_special_tokens":true})",
+                        Endpoint::kChat)
+                .param,
+            "add_special_tokens");
+}
+
+TEST(OpenAiProtocolTest, ToolMessagesAreRefused) {
+  const char* bodies[] = {
+      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,
+          "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+          {"role":"tool","tool_call_id":"c","content":"42"}]})",
+      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"",
+          "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+      R"({"messages":[{"role":"tool","tool_call_id":"c","content":"42"}]})",
+      R"({"messages":[{"role":"function","name":"f","content":"42"}]})",
+      R"({"messages":[{"role":"assistant","content":"",
+          "function_call":{"name":"f","arguments":"{}"}}]})",
+  };
+  for (const char* body : bodies) {
+    ApiError e = parse_error(body, Endpoint::kChat);
+    EXPECT_EQ(e.param, "messages") << body;
+    EXPECT_NE(e.message.find("tool"), std::string::npos) << e.message;
+  }
+  EXPECT_NE(parse_error(bodies[1], Endpoint::kChat).message.find("'tool_calls'"),
+            std::string::npos);
+  EXPECT_NE(parse_error(bodies[2], Endpoint::kChat).message.find("role 'tool'"), std::string::npos);
+  // An assistant message with an empty or null tool_calls is a plain message.
+  parse_ok(R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":"y","tool_calls":[]},
+      {"role":"assistant","content":"z","tool_calls":null}]})",
+           Endpoint::kChat);
+}
+
 TEST(OpenAiProtocolTest, MalformedJsonAndInvalidUtf8) {
   EXPECT_NE(parse_error("{\"prompt\": ").message.find("not valid JSON"), std::string::npos);
   EXPECT_NE(parse_error("{\"prompt\": \"\xff\xfe\"}").message.find("not valid JSON"),
             std::string::npos);
   EXPECT_NE(parse_error("[1,2]").message.find("object"), std::string::npos);
+}
+
+TEST(OpenAiProtocolTest, NumberOverflowIsABadRequest) {
+  ApiError e = parse_error(R"({"model":"x","prompt":"a","max_tokens":1e400})");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.message,
+            "the request body has a number out of range at line 1, column 40: 1e400 does not fit "
+            "in a double (largest magnitude about 1.8e308)");
+  e = parse_error(R"({"prompt":"a","logit_bias":{"5":-1e400}})");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.message.find("-1e400 does not fit in a double"), std::string::npos) << e.message;
 }
 
 TEST(OpenAiProtocolTest, ErrorShape) {

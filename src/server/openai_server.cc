@@ -513,6 +513,28 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
                     "max_tokens"));
   }
 
+  if (req.sampling.min_tokens > req.sampling.max_tokens) {
+    // As in the parser: a prefill server's one token is thrown away (see openai_protocol.cc).
+    if (req.kv_transfer.do_remote_decode) {
+      req.sampling.min_tokens = req.sampling.max_tokens;
+    } else {
+      return fail(bad_request("'min_tokens' (" + std::to_string(req.sampling.min_tokens) +
+                                  ") must not be greater than 'max_tokens' (" +
+                                  std::to_string(req.sampling.max_tokens) +
+                                  (req.max_tokens_given ? "" : ", the default for this prompt") +
+                                  ")",
+                              "min_tokens"));
+    }
+  }
+  for (const auto& token_bias : req.sampling.logit_bias) {
+    if (const int32_t id = token_bias.first; id >= engine->vocab_size()) {
+      return fail(bad_request("'logit_bias' token id " + std::to_string(id) +
+                                  " is outside the vocabulary (" +
+                                  std::to_string(engine->vocab_size()) + ")",
+                              "logit_bias"));
+    }
+  }
+
   SubmitOptions submit_options;
   submit_options.kv_transfer = req.kv_transfer;
   submit_options.mm_items = std::move(mm_items);
@@ -591,13 +613,16 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
   ResponseWriter& writer = *call->writer;
 
   if (req.stream) {
-    auto chunk = [&](json choices) {
+    // num_output_tokens: the running count continuous_usage_stats reports in this chunk.
+    auto chunk = [&](json choices, int num_output_tokens) {
       json c = {{"id", call->response_id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", call->created},
                 {"model", options_.served_model_name},
                 {"choices", std::move(choices)}};
-      if (req.include_usage) {
+      if (req.continuous_usage_stats) {
+        c["usage"] = usage_json(out.num_prompt_tokens, num_output_tokens, out.num_cached_tokens);
+      } else if (req.include_usage) {
         c["usage"] = nullptr;
       }
       return c;
@@ -608,7 +633,8 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       send_event(chunk(json::array({{{"index", 0},
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}}})));
+                                     {"finish_reason", nullptr}}}),
+                       0));
     }
     if (out.finished && out.finish_reason == "error") {
       send_event(error_json(generation_error(out, req.kv_transfer)));
@@ -620,7 +646,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
         choice["text"] = out.new_text;
         choice["stop_reason"] = stop_reason;
       }
-      json c = chunk(json::array({choice}));
+      json c = chunk(json::array({choice}), out.num_output_tokens);
       if (out.finished && req.kv_transfer_params) {
         c["kv_transfer_params"] = *req.kv_transfer_params;
       }
@@ -628,7 +654,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
     }
     if (out.finished) {
       if (req.include_usage) {
-        json c = chunk(json::array());
+        json c = chunk(json::array(), out.num_output_tokens);
         c["usage"] =
             usage_json(out.num_prompt_tokens, out.num_output_tokens, out.num_cached_tokens);
         send_event(c);

@@ -240,6 +240,71 @@ TEST_F(OpenAiServerTest, BadKvTransferParamsAndRankHeaderAre400) {
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})").status, 200);
 }
 
+TEST_F(OpenAiServerTest, ContinuousUsageStatsInEveryChunk) {
+  server_->set_engine(engine_.get());
+  // Alone: every chunk carries the running usage, and no usage-only chunk follows.
+  auto events = stream("/v1/completions", R"({"prompt":"hello world","max_tokens":5,
+      "stream":true,"stream_options":{"continuous_usage_stats":true}})");
+  ASSERT_EQ(events.size(), 5u);  // the fake emits one token per step
+  for (size_t i = 0; i < events.size(); ++i) {
+    ASSERT_TRUE(events[i]["usage"].is_object()) << events[i];
+    EXPECT_EQ(events[i]["usage"]["prompt_tokens"], 3);
+    EXPECT_EQ(events[i]["usage"]["completion_tokens"], i + 1);
+    EXPECT_EQ(events[i]["usage"]["total_tokens"], i + 4);
+    EXPECT_EQ(events[i]["choices"].size(), 1u);
+  }
+  // With include_usage, chat: the role chunk counts 0 tokens and the usage-only chunk ends it.
+  events = stream("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],
+      "max_tokens":3,"stream":true,
+      "stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events.front()["usage"]["completion_tokens"], 0);
+  for (size_t i = 1; i < events.size(); ++i) {
+    ASSERT_TRUE(events[i]["usage"].is_object()) << events[i];
+    EXPECT_EQ(events[i]["usage"]["completion_tokens"], std::min<size_t>(i, 3));
+  }
+  EXPECT_TRUE(events.back()["choices"].empty());
+  // Without it, usage stays null until the last chunk, as before.
+  events = stream("/v1/completions", R"({"prompt":"a","max_tokens":2,"stream":true,
+      "stream_options":{"include_usage":true,"continuous_usage_stats":false}})");
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_TRUE(events[0]["usage"].is_null());
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 2);
+}
+
+// Checks that need the engine (vocabulary, the default max_tokens) and refusals over HTTP.
+TEST_F(OpenAiServerTest, SamplingExtensionsCheckedAgainstTheEngine) {
+  server_->set_engine(engine_.get());
+  struct Case {
+    const char* path;
+    std::string body;
+    const char* param;
+  };
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],)";
+  const Case cases[] = {
+      {"/v1/completions", R"({"prompt":"a","logit_bias":{"1000":1}})", "logit_bias"},
+      // The completions default max_tokens is 16; chat's is the rest of the 64-token context.
+      {"/v1/completions", R"({"prompt":"a","min_tokens":17})", "min_tokens"},
+      {"/v1/chat/completions", chat + R"("min_tokens":64})", "min_tokens"},
+      {"/v1/chat/completions", chat + R"("response_format":{"type":"json_object"}})",
+       "response_format"},
+      {"/v1/chat/completions", chat + R"("tools":[{"type":"function"}]})", "tools"},
+      {"/v1/completions", R"({"prompt":"a","best_of":3})", "best_of"},
+  };
+  for (const auto& c : cases) {
+    auto r = post(c.path, c.body);
+    EXPECT_EQ(r.status, 400) << c.body << " -> " << r.body;
+    json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["error"]["param"], c.param) << r.body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  }
+  EXPECT_EQ(
+      post("/v1/completions", R"({"prompt":"a","logit_bias":{"999":1},"min_tokens":16})").status,
+      200);
+}
+
 TEST_F(OpenAiServerTest, BadInputsGetErrorsAndTheServerKeepsServing) {
   server_->set_engine(engine_.get());
   struct Case {
@@ -281,6 +346,40 @@ TEST_F(OpenAiServerTest, BadInputsGetErrorsAndTheServerKeepsServing) {
     auto ok = post("/v1/completions", R"({"prompt":"a","max_tokens":1})");
     EXPECT_EQ(ok.status, 200);
   }
+}
+
+// A number a double cannot hold is the client's mistake (400 naming the number), not a
+// handler's exception (500); nested ones too.
+TEST_F(OpenAiServerTest, NumberOverflowIs400AndTheServerKeepsServing) {
+  server_->set_engine(engine_.get());
+  struct Case {
+    const char* path;
+    std::string body;
+    std::string number;
+  };
+  const Case cases[] = {
+      {"/v1/completions", R"({"model":"fake","prompt":"a","max_tokens":1e400})", "1e400"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"temperature":-1e400})", "-1e400"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi","extra":{"deep":[1,2e999]}}]})", "2e999"},
+  };
+  for (const auto& c : cases) {
+    auto r = post(c.path, c.body);
+    EXPECT_EQ(r.status, 400) << c.body << " -> " << r.body;
+    json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    const std::string message = e["error"]["message"];
+    EXPECT_NE(message.find("the request body has a number out of range"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(c.number + " does not fit in a double"), std::string::npos) << message;
+    auto ok = post("/v1/completions", R"({"model":"fake","prompt":"a","max_tokens":1})");
+    EXPECT_EQ(ok.status, 200) << ok.body;
+  }
+  auto chat = post("/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":"hi"}],"temperature":0})");
+  EXPECT_EQ(chat.status, 200) << chat.body;
 }
 
 TEST_F(OpenAiServerTest, ClientDisconnectAbortsAndFreesBlocks) {
