@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fence.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
 #include "disagg/control_channel.h"
@@ -573,7 +574,7 @@ std::vector<size_t> EcConsumer::Impl::copy_mapped(std::span<const EcTensorRef> r
       continue;
     }
     std::memcpy(dsts[i].data(), view.data + r.offset, r.num_bytes);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    memory_fence(std::memory_order_acquire);
     if (std::atomic_ref<uint64_t>(stamp).load(std::memory_order_relaxed) != r.stamp) {
       ++num_stale;  // evicted during the copy: the slow path says what became of it
       rest.push_back(i);

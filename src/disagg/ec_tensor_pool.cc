@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/fence.h"
 
 namespace crescent::disagg {
 namespace {
@@ -451,7 +452,7 @@ void EcTensorPool::remove_entry_locked(Entry* entry) {
   // Cleared before the range can be handed out again, and fenced so that no later write into
   // it becomes visible before the clear (a reader's second stamp load then fails).
   store_stamp(*entry, 0);
-  std::atomic_thread_fence(std::memory_order_release);
+  memory_fence(std::memory_order_release);
   free_range_locked(entry->offset, entry->size_bytes);
   // Copy: the key is erased with the entry it names.
   const std::string mm_hash = entry->mm_hash;
