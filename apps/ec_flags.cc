@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "disagg/ec_protocol.h"
+#include "kernels/matmul.h"
+#include "model/vision_transformer.h"
 
 namespace crescent::apps {
 namespace {
@@ -273,6 +275,16 @@ disagg::EcCompat ec_compat(const engine::LoadedEngine& loaded) {
       " depth=" + std::to_string(v.depth) + " embed_dim=" + std::to_string(v.embed_dim) +
       " heads=" + std::to_string(v.num_heads) + " patch=" + std::to_string(v.patch_size) +
       " merge=" + std::to_string(v.spatial_merge_size);
+  if (loaded.vision != nullptr) {
+    // Which weights, and how they compute: another checkpoint of the same shape, or the same
+    // one packed as bf16 on one side and f32 on the other, gives other embeddings.
+    char fingerprint[17];
+    std::snprintf(fingerprint, sizeof(fingerprint), "%016llx",
+                  static_cast<unsigned long long>(loaded.vision->weights_fingerprint()));
+    compat.vision_model +=
+        " weights=" + std::string(kernels::weight_format_name(loaded.vision->weight_format())) +
+        ":" + fingerprint;
+  }
   compat.dtype = "float32";
   compat.hidden_size = v.out_hidden_size;
   // Canonical JSON, so that formatting does not matter; no file: the defaults.

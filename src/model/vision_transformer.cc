@@ -525,4 +525,27 @@ Status VisionTransformer::encode(std::span<const float> pixel_values, int grid_t
   return Status::ok();
 }
 
+uint64_t VisionTransformer::weights_fingerprint() const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::vector<float>& v) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
+      h = (h ^ bytes[i]) * 1099511628211ull;
+    }
+    h = (h ^ v.size()) * 1099511628211ull;  // where one vector ends
+  };
+  for (const Block& b : blocks_) {
+    for (const std::vector<float>* v :
+         {&b.norm1_weight, &b.norm1_bias, &b.norm2_weight, &b.norm2_bias, &b.qkv_bias, &b.proj_bias,
+          &b.mlp_in_bias, &b.mlp_out_bias}) {
+      mix(*v);
+    }
+  }
+  for (const std::vector<float>* v :
+       {&merger_norm_weight_, &merger_norm_bias_, &merger_fc1_bias_, &merger_fc2_bias_}) {
+    mix(*v);
+  }
+  return h;
+}
+
 }  // namespace crescent::model

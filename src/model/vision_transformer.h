@@ -81,6 +81,11 @@ class VisionTransformer {
 
   const VisionConfig& config() const { return config_; }
   kernels::WeightFormat weight_format() const { return format_; }
+  // 64-bit FNV-1a of every norm weight and bias and every linear layer's bias, as loaded
+  // (float32): two checkpoints of one architecture (a fine-tune, another size with the same
+  // shape) differ here, so encoders and prefill workers refuse to mix their embeddings. The
+  // packed matrices are left out to keep it cheap (they are trained with the same data).
+  uint64_t weights_fingerprint() const;
 
   // pixel_values: [grid_t * grid_h * grid_w][patch_dim] in Qwen2VLImageProcessor's flatten
   // order (see above). out: resized to [num_tokens][out_hidden_size] with num_tokens =

@@ -435,6 +435,22 @@ TEST_P(VisionTransformerTest, AcceptsModelVisualPrefix) {
   EXPECT_EQ(a, b);
 }
 
+// The fingerprint the EC compatibility check carries: the same weights (any prefix, any
+// format) give the same one, other weights of the same shape another.
+TEST_P(VisionTransformerTest, WeightsFingerprintTellsCheckpointsApart) {
+  const VisionConfig c = tiny_config(GetParam());
+  ThreadPool pool(1);
+  auto a = load_or_die(c, make_weights(c, "visual.", 9), kernels::WeightFormat::kF32, pool);
+  auto same =
+      load_or_die(c, make_weights(c, "model.visual.", 9), kernels::WeightFormat::kBF16, pool);
+  auto other = load_or_die(c, make_weights(c, "visual.", 10), kernels::WeightFormat::kF32, pool);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(same, nullptr);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(a->weights_fingerprint(), same->weights_fingerprint());
+  EXPECT_NE(a->weights_fingerprint(), other->weights_fingerprint());
+}
+
 TEST_P(VisionTransformerTest, ShapeErrorsAreInvalidArgument) {
   const VisionConfig c = tiny_config(GetParam());
   ThreadPool pool(1);
