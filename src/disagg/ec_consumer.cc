@@ -51,7 +51,7 @@ class Connection {
   static Result<std::unique_ptr<Connection>> open(const EcTensorRef& ref,
                                                   const EcConsumerOptions& options,
                                                   Deadline deadline,
-                                                  std::shared_ptr<std::atomic<bool>> lost);
+                                                  const std::shared_ptr<std::atomic<bool>>& lost);
   ~Connection() {
     is_closing_ = true;
     channel_.reset();  // aborts and joins
@@ -97,10 +97,9 @@ class Connection {
   std::unique_ptr<ControlChannel> channel_;
 };
 
-Result<std::unique_ptr<Connection>> Connection::open(const EcTensorRef& ref,
-                                                     const EcConsumerOptions& options,
-                                                     Deadline deadline,
-                                                     std::shared_ptr<std::atomic<bool>> lost) {
+Result<std::unique_ptr<Connection>> Connection::open(
+    const EcTensorRef& ref, const EcConsumerOptions& options, Deadline deadline,
+    const std::shared_ptr<std::atomic<bool>>& lost) {
   const std::string name = encoder_name(ref);
   std::string host;
   int port = 0;
