@@ -20,6 +20,8 @@ APT_PACKAGES=(
   libxxhash-dev
   # The independent preprocessing and model references in tests/ (Pillow + numpy).
   python3-pil python3-numpy
+  # The chat-template reference (tests/chat_templates): Python jinja2 as transformers uses it.
+  python3-jinja2
   # The reference proxy (vLLM's, Python) drives crescent P and D in scripts/reference_proxy_check.sh.
   python3 python3-fastapi python3-httpx python3-uvicorn
 )

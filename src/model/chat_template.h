@@ -1,17 +1,18 @@
 #pragma once
-// Chat templates: recognises the family of a model's Jinja `chat_template` (from
-// tokenizer_config.json) and renders conversations natively in C++, producing exactly what the
-// Jinja template produces for system/user/assistant (and, for Qwen3 and Qwen2-VL, tool) messages.
-// Supported: Qwen3 (ChatML with <think> handling), Llama-3 (header ids) and Qwen2-VL /
-// Qwen2.5-VL (ChatML with a default system prompt and image placeholders). Anything else is
-// refused with Unimplemented. Immutable after construction; thread-safe.
+// Chat templates: a model's Jinja `chat_template` (from tokenizer_config.json, or given by the
+// user) rendered as transformers' apply_chat_template renders it, through crescent's Jinja2
+// engine (model/jinja): same variables (messages, tools, add_generation_prompt, the special
+// tokens, extra kwargs), same output byte for byte. Template errors, raise_exception included,
+// are InvalidArgument. Immutable after construction; thread-safe.
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "model/jinja/template.h"
 
 namespace crescent::model {
 
@@ -26,9 +27,10 @@ struct ChatMessage {
   std::string role;
   // The text of the message; when `parts` is set, its text parts concatenated.
   std::string content;
-  // Empty for a plain string content. Otherwise the content in order, images included; a
-  // template that iterates over parts renders these, the others render `content` and refuse
-  // images.
+  // Empty for a plain string content. Otherwise the content in order, images included. Text-only
+  // parts reach the template as the string `content`; with images, as transformers passes them:
+  // a list of {"type": "image"} and {"type": "text", "text": ...} (a template that never
+  // mentions images refuses them).
   // (The "= {}" keeps {role, content} a complete initializer under -Wextra.)
   std::vector<ChatContentPart> parts = {};
 
@@ -46,7 +48,8 @@ struct TokenizerConfig {
   static Result<TokenizerConfig> from_json(std::string_view json);
 };
 
-enum class ChatTemplateFamily { kQwen3, kLlama3, kQwen2Vl };
+// The family a template looks like (for logs and heuristics; rendering never depends on it).
+enum class ChatTemplateFamily { kQwen3, kLlama3, kQwen2Vl, kOther };
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
@@ -56,21 +59,36 @@ struct ChatRenderOptions {
   // Qwen2-VL's `add_vision_id`: prefixes each image placeholder with "Picture N: " (N counts
   // the images of the whole conversation from 1).
   bool add_vision_id = false;
+  // transformers' continue_final_message: the output ends right after the final message's text
+  // (no end-of-turn tokens), for the model to continue it. Exclusive with add_generation_prompt.
+  bool continue_final_message = false;
+  // OpenAI `tools` (a JSON list) as the template's `tools`; null renders as None.
+  nlohmann::ordered_json tools = nullptr;
+  // Extra template variables (vLLM's `chat_template_kwargs`), a JSON object; they override the
+  // special tokens and the options above.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
 };
 
 class ChatTemplate {
  public:
   static Result<ChatTemplate> from_tokenizer_config_file(const std::string& path);
   static Result<ChatTemplate> from_tokenizer_config_json(std::string_view json);
-  // Recognises the family of `jinja` (the chat_template text).
+  // Parses the chat_template text; a syntax error is InvalidArgument naming the line.
   static Result<ChatTemplate> from_config(TokenizerConfig config);
+  // `config` with its chat_template replaced by `jinja` (a request's or --chat-template's).
+  static Result<ChatTemplate> from_template(std::string jinja, TokenizerConfig config);
 
-  // Unknown roles are InvalidArgument, and so are images for a family whose template renders
-  // string contents only (Qwen3, Llama-3).
+  // Roles other than system/user/assistant/tool are InvalidArgument unless the template names
+  // them (e.g. 'developer'); so are images for a template that never mentions images.
   Result<std::string> render(const std::vector<ChatMessage>& messages,
                              bool add_generation_prompt) const;
   Result<std::string> render(const std::vector<ChatMessage>& messages,
                              const ChatRenderOptions& options) const;
+  // OpenAI-shaped messages (a JSON list of objects with role, content — a string, null or a
+  // parts list — and whatever else the template reads: tool_calls, tool_call_id,
+  // reasoning_content...), passed to the template as they are.
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const ChatRenderOptions& options) const;
 
   ChatTemplateFamily family() const { return family_; }
   const TokenizerConfig& config() const { return config_; }
@@ -78,25 +96,12 @@ class ChatTemplate {
   const std::optional<std::string>& eos_token() const { return config_.eos_token; }
 
  private:
-  ChatTemplate(ChatTemplateFamily family, TokenizerConfig config)
-      : family_(family), config_(std::move(config)) {}
-  Result<std::string> render_qwen3(const std::vector<ChatMessage>& messages,
-                                   const ChatRenderOptions& options) const;
-  Result<std::string> render_llama3(const std::vector<ChatMessage>& messages,
-                                    const ChatRenderOptions& options) const;
-  Result<std::string> render_qwen2_vl(const std::vector<ChatMessage>& messages,
-                                      const ChatRenderOptions& options) const;
+  ChatTemplate(ChatTemplateFamily family, TokenizerConfig config, jinja::Template compiled)
+      : family_(family), config_(std::move(config)), compiled_(std::move(compiled)) {}
 
   ChatTemplateFamily family_;
   TokenizerConfig config_;
-  // Llama-3: whether the template guards the assistant header with add_generation_prompt
-  // (the original Llama-3 template emits it unconditionally).
-  bool llama3_conditional_prompt_ = true;
-  // Qwen2-VL: the system prompt the template inserts when the first message is not a system
-  // one (read from the template, so fine-tunes that change it render right), and whether the
-  // template knows add_vision_id.
-  std::string qwen2_vl_default_system_;
-  bool qwen2_vl_has_vision_id_ = false;
+  jinja::Template compiled_;
 };
 
 }  // namespace crescent::model

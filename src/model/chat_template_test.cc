@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 namespace crescent::model {
 namespace {
@@ -72,6 +73,9 @@ TEST(ChatTemplateTest, SpecialTokensFromConfig) {
   EXPECT_FALSE(obj->bos_token.has_value());
 }
 
+std::string render_ok(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                      const ChatRenderOptions& options = {});
+
 TEST(ChatTemplateTest, Errors) {
   auto q = ChatTemplate::from_tokenizer_config_file(kQwen3Config);
   ASSERT_TRUE(q.is_ok());
@@ -81,10 +85,18 @@ TEST(ChatTemplateTest, Errors) {
   EXPECT_NE(r.status().message().find("developer"), std::string::npos);
   EXPECT_FALSE(q->render({}, true).is_ok());
 
-  auto unknown = ChatTemplate::from_tokenizer_config_json(
+  // Any template renders through the Jinja engine; a broken one is refused with its line.
+  auto other = ChatTemplate::from_tokenizer_config_json(
       R"({"chat_template": "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"})");
-  ASSERT_FALSE(unknown.is_ok());
-  EXPECT_EQ(unknown.status().code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(other.is_ok()) << other.status().to_string();
+  EXPECT_EQ(other->family(), ChatTemplateFamily::kOther);
+  EXPECT_EQ(render_ok(*other, {{"user", "a"}, {"assistant", "b"}}), "[user] a[assistant] b");
+  auto broken = ChatTemplate::from_tokenizer_config_json(
+      R"({"chat_template": "{% for m in messages %}\n{{ m.role }"})");
+  ASSERT_FALSE(broken.is_ok());
+  EXPECT_EQ(broken.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(broken.status().message().find("line 2"), std::string::npos)
+      << broken.status().message();
   auto none = ChatTemplate::from_tokenizer_config_json(R"({"eos_token": "x"})");
   ASSERT_FALSE(none.is_ok());
   EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
@@ -130,7 +142,7 @@ ChatMessage parts_message(std::string role, const std::vector<std::string>& part
 }
 
 std::string render_ok(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                      const ChatRenderOptions& options = {}) {
+                      const ChatRenderOptions& options) {
   auto r = t.render(messages, options);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return r.is_ok() ? *r : "";
@@ -251,18 +263,80 @@ TEST(ChatTemplateTest, Qwen2VlErrors) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(t.render({}, true).is_ok());
-  // Templates that look like Qwen2-VL's but use what the native renderer lacks.
+  // Variants of the template (tools, a computed system prompt) render like any template.
   std::string with_tools(kQwen2VlConfig);
-  with_tools.insert(with_tools.find("{% for message"), "{% if tools %}x{% endif %}");
-  EXPECT_EQ(ChatTemplate::from_tokenizer_config_json(with_tools).status().code(),
-            StatusCode::kUnimplemented);
+  with_tools.insert(with_tools.find("{% for message"), "{% if tools %}T{% endif %}");
+  auto tools = ChatTemplate::from_tokenizer_config_json(with_tools);
+  ASSERT_TRUE(tools.is_ok()) << tools.status().to_string();
+  ChatRenderOptions with_tool_list;
+  with_tool_list.tools = nlohmann::ordered_json::array({{{"type", "function"}}});
+  EXPECT_EQ(render_ok(*tools, {text_message("user", "x")}, with_tool_list).substr(0, 1), "T");
   std::string dynamic_system(kQwen2VlConfig);
   dynamic_system.replace(dynamic_system.find("You are"), 7, "{{ name }}");
-  EXPECT_EQ(ChatTemplate::from_tokenizer_config_json(dynamic_system).status().code(),
-            StatusCode::kUnimplemented);
-  auto bare = ChatTemplate::from_tokenizer_config_json(
-      R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n<|vision_start|><|image_pad|><|vision_end|>{% endfor %}"})");
-  EXPECT_EQ(bare.status().code(), StatusCode::kUnimplemented);
+  auto dynamic = ChatTemplate::from_tokenizer_config_json(dynamic_system);
+  ASSERT_TRUE(dynamic.is_ok());
+  ChatRenderOptions named;
+  named.template_kwargs = {{"name", "Bot:"}};
+  EXPECT_EQ(render_ok(*dynamic, {text_message("user", "x")}, named).substr(0, 44),
+            "<|im_start|>system\nBot: a helpful assistant.");
+}
+
+TEST(ChatTemplateTest, OptionsReachTheTemplate) {
+  auto t = ChatTemplate::from_tokenizer_config_json(
+      R"({"bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{{ flavour }}"})");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  ChatRenderOptions options;
+  options.template_kwargs = {{"flavour", "!"}};
+  EXPECT_EQ(render_ok(*t, {text_message("user", "hi")}, options), "<s><user>hi</user><assistant>!");
+  // continue_final_message stops right after the last message's text.
+  ChatRenderOptions cont;
+  cont.add_generation_prompt = false;
+  cont.continue_final_message = true;
+  EXPECT_EQ(
+      render_ok(*t, {text_message("user", "hi"), text_message("assistant", "The answer ")}, cont),
+      "<s><user>hi</user><assistant>The answer ");
+  cont.add_generation_prompt = true;
+  EXPECT_EQ(t->render({text_message("user", "hi")}, cont).status().code(),
+            StatusCode::kInvalidArgument);
+  // A role the template does not name is refused; one it names is accepted.
+  EXPECT_EQ(t->render({text_message("developer", "x")}, true).status().code(),
+            StatusCode::kInvalidArgument);
+  auto dev = ChatTemplate::from_tokenizer_config_json(
+      R"({"chat_template": "{% for m in messages %}{% if m.role == 'developer' %}D:{% endif %}{{ m.content }}{% endfor %}"})");
+  ASSERT_TRUE(dev.is_ok());
+  EXPECT_EQ(render_ok(*dev, {text_message("developer", "x")}), "D:x");
+  // raise_exception is a 400-style error with the template's message.
+  auto raising = ChatTemplate::from_tokenizer_config_json(
+      R"({"chat_template": "{{ raise_exception('System role not supported') }}"})");
+  ASSERT_TRUE(raising.is_ok());
+  auto r = raising->render({text_message("user", "x")}, true);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("System role not supported"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, ConcurrentRendersAgree) {
+  auto t = ChatTemplate::from_tokenizer_config_file(kQwen3Config);
+  ASSERT_TRUE(t.is_ok());
+  const std::vector<ChatMessage> chat = {text_message("system", "S"), text_message("user", "q"),
+                                         text_message("assistant", "<think>r</think>a"),
+                                         text_message("user", "q2")};
+  const std::string want = render_ok(*t, chat);
+  std::vector<std::thread> threads;
+  std::vector<int> num_equal(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 50; ++i) {
+        auto r = t->render(chat, ChatRenderOptions{});
+        num_equal[static_cast<size_t>(k)] += r.is_ok() && *r == want ? 1 : 0;
+      }
+    });
+  }
+  for (std::thread& th : threads) {
+    th.join();
+  }
+  for (int n : num_equal) {
+    EXPECT_EQ(n, 50);
+  }
 }
 
 TEST(ChatTemplateTest, TextFamiliesRefuseImages) {
