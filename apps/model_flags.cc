@@ -1,6 +1,10 @@
 #include "apps/model_flags.h"
 
+#include <filesystem>
 #include <thread>
+
+#include "model/chat_template.h"
+#include "model/tensor_source.h"
 
 namespace crescent::apps {
 
@@ -24,8 +28,43 @@ void ModelFlags::add_to(FlagParser& flags) {
   flags.add("encoder-cache-size", &encoder_cache_size,
             "vision-language models: image embeddings kept for reuse, in embedding rows "
             "(one per image placeholder token); a larger image is refused");
+  flags.add("chat-template", &chat_template,
+            "the chat template to use instead of the model's (Jinja): a file's path if that file "
+            "exists, else the template text itself; a template that does not parse stops the "
+            "start. Requests may still send their own 'chat_template'");
   flags.require("model");
 }
+
+namespace {
+
+// --chat-template as vLLM reads it: a path if the file exists, else the template itself. The
+// model's special tokens (bos_token, ...) stay.
+Status replace_chat_template(const std::string& flag, const std::string& model_path,
+                             engine::LoadedEngine* loaded) {
+  std::string text = flag;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(flag, ec)) {
+    ASSIGN_OR_RETURN(text, model::read_file_to_string(flag));
+  }
+  model::TokenizerConfig config;
+  if (loaded->chat_template) {
+    config = loaded->chat_template->config();
+  } else if (const auto file = std::filesystem::path(model_path) / "tokenizer_config.json";
+             std::filesystem::is_regular_file(file, ec)) {
+    auto from_file = model::TokenizerConfig::from_file(file.string());
+    if (from_file.is_ok()) {
+      config = std::move(from_file).value();
+    }
+  }
+  auto tmpl = model::ChatTemplate::from_template(std::move(text), std::move(config));
+  if (!tmpl.is_ok()) {
+    return invalid_argument("--chat-template: " + tmpl.status().message());
+  }
+  loaded->chat_template = std::move(tmpl).value();
+  return Status::ok();
+}
+
+}  // namespace
 
 int ModelFlags::num_threads() const {
   return threads > 0 ? threads
@@ -68,7 +107,11 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load(
     return invalid_argument("--encoder-cache-size must be positive");
   }
   options.encoder_cache_tokens = encoder_cache_size;
-  return engine::load_engine(options, pool);
+  ASSIGN_OR_RETURN(auto loaded, engine::load_engine(options, pool));
+  if (!chat_template.empty() && loaded->tokenizer != nullptr) {
+    RETURN_IF_ERROR(replace_chat_template(chat_template, model, loaded.get()));
+  }
+  return loaded;
 }
 
 }  // namespace crescent::apps

@@ -23,6 +23,8 @@ struct ModelFlags {
   bool enable_prefix_caching = true;
   std::string mmproj;                  // vision projector GGUF of a VL model
   int64_t encoder_cache_size = 16384;  // embedding rows
+  // Replaces the model's chat template: a file's path if one exists there, else the template.
+  std::string chat_template;
 
   void add_to(FlagParser& flags);
   // Sizes the default thread pool and loads the model.

@@ -23,8 +23,8 @@ std::string DataParallelEngineClient::token_text(int32_t token_id) const {
 }
 
 Result<std::string> DataParallelEngineClient::render_chat(const std::vector<ChatMessage>& messages,
-                                                          bool add_generation_prompt) const {
-  return ranks_[0]->render_chat(messages, add_generation_prompt);
+                                                          const ChatRenderOptions& options) const {
+  return ranks_[0]->render_chat(messages, options);
 }
 
 int DataParallelEngineClient::pick_rank_locked() const {

@@ -28,7 +28,7 @@ class DataParallelEngineClient : public EngineClient {
                                         bool add_special_tokens) const override;
   std::string token_text(int32_t token_id) const override;
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt) const override;
+                                  const ChatRenderOptions& options) const override;
   // InvalidArgument when options.data_parallel_rank is out of range.
   Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
                 engine::SamplingParams sampling, const SubmitOptions& options,

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +93,22 @@ struct ChatMessage {
   // Empty for a string content; otherwise the content in order, images included.
   // (The "= {}" keeps {role, content} a complete initializer under -Wextra.)
   std::vector<ChatContentPart> parts = {};
+  // The message's other OpenAI fields that templates read (tool_calls with their arguments
+  // as objects, tool_call_id, name), passed to the template beside role and content.
+  nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+};
+
+// How render_chat renders, from the request (vLLM's fields of the same names).
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  // The output ends right after the final (assistant) message, for the model to continue it.
+  bool continue_final_message = false;
+  // chat_template_kwargs: extra template variables (e.g. enable_thinking), a JSON object.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // The template's `tools` (null: none).
+  nlohmann::ordered_json tools = nullptr;
+  // A request's own template text, used instead of the model's for this render.
+  std::optional<std::string> chat_template;
 };
 
 class EngineClient {
@@ -105,9 +123,10 @@ class EngineClient {
                                                 bool add_special_tokens) const = 0;
   // The text of one token, as logprobs report it.
   virtual std::string token_text(int32_t token_id) const = 0;
-  // Renders a chat with the model's template; Unimplemented if the model has none.
+  // Renders a chat with the model's template (or options.chat_template); Unimplemented if
+  // there is none, InvalidArgument for a template that does not parse or refuses the chat.
   virtual Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
-                                          bool add_generation_prompt) const = 0;
+                                          const ChatRenderOptions& options) const = 0;
 
   // InvalidArgument for a request the engine refuses (bad params, prompt too long, duplicate
   // id); on_output is then never called.

@@ -1,5 +1,7 @@
 #include "server/engine_loop_client.h"
 
+#include <algorithm>
+#include <optional>
 #include <span>
 
 namespace crescent::server {
@@ -41,23 +43,49 @@ std::string EngineLoopClient::token_text(int32_t token_id) const {
 }
 
 Result<std::string> EngineLoopClient::render_chat(const std::vector<ChatMessage>& messages,
-                                                  bool add_generation_prompt) const {
-  if (!loaded_->chat_template) {
+                                                  const ChatRenderOptions& options) const {
+  std::optional<model::ChatTemplate> request_template;
+  if (options.chat_template) {
+    // The model's special tokens stay: a request's template replaces only the text.
+    model::TokenizerConfig config =
+        loaded_->chat_template ? loaded_->chat_template->config() : model::TokenizerConfig{};
+    ASSIGN_OR_RETURN(request_template,
+                     model::ChatTemplate::from_template(*options.chat_template, std::move(config)));
+  } else if (!loaded_->chat_template) {
     return unimplemented("the model has no chat template");
   }
-  std::vector<model::ChatMessage> converted;
-  converted.reserve(messages.size());
-  for (const auto& m : messages) {
-    model::ChatMessage c;
-    c.role = m.role;
-    c.content = m.content;
-    c.parts.reserve(m.parts.size());
-    for (const auto& part : m.parts) {
-      c.parts.push_back({part.is_image, part.text});
+  const model::ChatTemplate& tmpl = request_template ? *request_template : *loaded_->chat_template;
+  // OpenAI-shaped messages as transformers passes them: a string content, or, with images, a
+  // list of {"type": "image"} and {"type": "text", "text": ...} parts.
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    nlohmann::ordered_json message = {{"role", m.role}};
+    const bool has_images =
+        std::any_of(m.parts.begin(), m.parts.end(), [](const auto& p) { return p.is_image; });
+    if (!has_images) {
+      message["content"] = m.content;
+    } else {
+      nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+      for (const ChatContentPart& part : m.parts) {
+        if (part.is_image) {
+          parts.push_back({{"type", "image"}});
+        } else {
+          parts.push_back({{"type", "text"}, {"text", part.text}});
+        }
+      }
+      message["content"] = std::move(parts);
     }
-    converted.push_back(std::move(c));
+    for (const auto& [key, value] : m.fields.items()) {
+      message[key] = value;
+    }
+    list.push_back(std::move(message));
   }
-  return loaded_->chat_template->render(converted, add_generation_prompt);
+  model::ChatRenderOptions render_options;
+  render_options.add_generation_prompt = options.add_generation_prompt;
+  render_options.continue_final_message = options.continue_final_message;
+  render_options.template_kwargs = options.template_kwargs;
+  render_options.tools = options.tools;
+  return tmpl.render_json(list, render_options);
 }
 
 Status EngineLoopClient::submit(std::string request_id, std::vector<int32_t> prompt_token_ids,

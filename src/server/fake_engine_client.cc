@@ -57,15 +57,44 @@ std::string FakeEngineClient::token_text(int32_t token_id) const {
 }
 
 Result<std::string> FakeEngineClient::render_chat(const std::vector<ChatMessage>& messages,
-                                                  bool add_generation_prompt) const {
+                                                  const ChatRenderOptions& options) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_render_messages_ = messages;
+    last_render_options_ = options;
+  }
+  // Everything that reaches the template shows in the text, so that tests see it in
+  // usage.prompt_tokens.
   std::string out;
+  if (options.chat_template) {
+    out += "<template " + *options.chat_template + "> ";
+  }
+  if (!options.template_kwargs.empty()) {
+    out += "<kwargs " + options.template_kwargs.dump() + "> ";
+  }
+  if (!options.tools.is_null()) {
+    out += "<tools " + options.tools.dump() + "> ";
+  }
   for (const auto& m : messages) {
     out += "<" + m.role + "> " + m.content + " ";
+    if (!m.fields.empty()) {
+      out += m.fields.dump() + " ";
+    }
   }
-  if (add_generation_prompt) {
+  if (options.add_generation_prompt) {
     out += "<assistant>";
   }
   return out;
+}
+
+std::vector<ChatMessage> FakeEngineClient::last_render_messages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_render_messages_;
+}
+
+ChatRenderOptions FakeEngineClient::last_render_options() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_render_options_;
 }
 
 int32_t FakeEngineClient::output_token(const std::vector<int32_t>& prompt, int k, int vocab_size) {

@@ -32,7 +32,7 @@ class FakeEngineClient : public EngineClient {
                                         bool add_special_tokens) const override;
   std::string token_text(int32_t token_id) const override;
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt) const override;
+                                  const ChatRenderOptions& options) const override;
   Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,
                 engine::SamplingParams sampling, const SubmitOptions& options,
                 OutputCallback on_output) override;
@@ -41,6 +41,9 @@ class FakeEngineClient : public EngineClient {
 
   // The options of the last accepted submit(), for tests of the server's parsing.
   SubmitOptions last_submit_options() const;
+  // What the last render_chat() was given.
+  std::vector<ChatMessage> last_render_messages() const;
+  ChatRenderOptions last_render_options() const;
 
   // The token the fake produces at output position k for this prompt.
   static int32_t output_token(const std::vector<int32_t>& prompt, int k, int vocab_size);
@@ -61,6 +64,8 @@ class FakeEngineClient : public EngineClient {
   std::map<std::string, Sequence> running_;
   EngineMetrics metrics_;
   SubmitOptions last_submit_options_;
+  mutable std::vector<ChatMessage> last_render_messages_;  // set by the const render_chat()
+  mutable ChatRenderOptions last_render_options_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "core/json.h"
@@ -193,6 +194,65 @@ std::optional<ApiError> parse_content_part(const json& part, int message_index,
       "messages");
 }
 
+// The OpenAI fields of a message beside role and content that chat templates read, as vLLM
+// passes them: an assistant's tool_calls (each function's JSON `arguments` string parsed into
+// an object, as transformers' templates expect), a tool message's tool_call_id, and any
+// message's name.
+std::optional<ApiError> parse_message_fields(const json& m, ChatMessage* message) {
+  // An empty list is a plain message.
+  if (auto calls = m.find("tool_calls");
+      calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
+    if (message->role != "assistant") {
+      return bad_request("'tool_calls' is only allowed in assistant messages", "messages");
+    }
+    if (!calls->is_array()) {
+      return bad_request("'tool_calls' must be a list", "messages");
+    }
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const json& call : *calls) {
+      auto function = call.is_object() ? call.find("function") : call.end();
+      if (!call.is_object() || function == call.end() || !function->is_object() ||
+          !function->contains("name") || !(*function)["name"].is_string()) {
+        return bad_request(
+            R"(each tool call needs "function": {"name": "...", "arguments": "..."})", "messages");
+      }
+      nlohmann::ordered_json converted = call;
+      nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+      auto args = function->find("arguments");
+      if (args != function->end() && args->is_string() &&
+          !args->get_ref<const std::string&>().empty()) {
+        // Parsed in order: templates print the arguments with tojson, key order included.
+        arguments = nlohmann::ordered_json::parse(args->get_ref<const std::string&>(), nullptr,
+                                                  /*allow_exceptions=*/false);
+        if (arguments.is_discarded()) {
+          return bad_request("tool call '" + clip((*function)["name"].get<std::string>()) +
+                                 "': 'arguments' is not valid JSON",
+                             "messages");
+        }
+      } else if (args != function->end() && args->is_object()) {
+        arguments = *args;
+      } else if (args != function->end() && !args->is_null() && !args->is_string()) {
+        return bad_request("a tool call's 'arguments' must be a JSON string", "messages");
+      }
+      converted["function"]["arguments"] = std::move(arguments);
+      list.push_back(std::move(converted));
+    }
+    message->fields["tool_calls"] = std::move(list);
+  }
+  if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
+    if (!id->is_string()) {
+      return wrong_type("tool_call_id", "a string", *id);
+    }
+    if (message->role == "tool") {
+      message->fields["tool_call_id"] = id->get<std::string>();
+    }
+  }
+  if (auto name = m.find("name"); name != m.end() && name->is_string()) {
+    message->fields["name"] = name->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
@@ -214,21 +274,16 @@ std::optional<ApiError> parse_messages(const json& body, GenerationRequest* out)
     }
     ChatMessage message;
     message.role = role->get<std::string>();
-    // Tool calling is not implemented: a conversation that carries tool calls or their results
-    // would be rendered without them, so it is refused rather than answered wrongly.
-    if (message.role == "tool" || message.role == "function") {
-      return bad_request("messages with role '" + message.role +
-                             "' are not supported (this server does not do tool calling)",
+    // The deprecated function-calling shape is refused rather than rendered without it.
+    if (message.role == "function") {
+      return bad_request("messages with role 'function' are not supported (use 'tool')",
                          "messages");
     }
-    for (const char* field : {"tool_calls", "function_call"}) {
-      auto calls = m.find(field);
-      if (calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
-        return bad_request(std::string("messages with '") + field +
-                               "' are not supported (this server does not do tool calling)",
-                           "messages");
-      }
+    if (auto call = m.find("function_call"); call != m.end() && !call->is_null()) {
+      return bad_request("messages with 'function_call' are not supported (use 'tool_calls')",
+                         "messages");
     }
+    CRESCENT_RETURN_IF_API_ERROR(parse_message_fields(m, &message));
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       message.content = "";
@@ -360,13 +415,10 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"use_beam_search", is_null_or_false, "null or false"},
     {"length_penalty", is_null_or_one, "null or 1"},
     {"response_format", is_text_format, R"(null or {"type": "text"})"},
-    {"tools", is_null_or_empty, "null or []"},
+    {"tools", is_null_or_empty, R"(null or [], or any list with "tool_choice": "none")"},
     {"tool_choice", is_null_or_none, R"(null or "none")"},
     {"functions", is_null_or_empty, "null or []"},
     {"function_call", is_null_or_none, R"(null or "none")"},
-    {"chat_template", is_null, "null"},
-    {"chat_template_kwargs", is_null_or_empty, "null or {}"},
-    {"continue_final_message", is_null_or_false, "null or false"},
     {"documents", is_null, "null"},
     {"mm_processor_kwargs", is_null_or_empty, "null or {}"},
     {"guided_json", is_null, "null"},
@@ -389,14 +441,43 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"web_search_options", is_null, "null"},
 };
 
+// Fields of the chat endpoint that a completion request may carry only at values that ask for
+// nothing.
+constexpr UnsupportedField kChatOnlyFields[] = {
+    {"chat_template", is_null_or_empty, "null"},
+    {"chat_template_kwargs", is_null_or_empty, "null or {}"},
+    {"continue_final_message", is_null_or_false, "null or false"},
+};
+
+// Chat with tool_choice "none": the tools only reach the template (vLLM renders them too),
+// and no tool call is to be parsed from the output, which crescent does not do yet.
+bool is_rendered_tools_only(const json& body, Endpoint endpoint) {
+  auto it = body.find("tool_choice");
+  return endpoint == Endpoint::kChat && it != body.end() && *it == "none";
+}
+
 std::optional<ApiError> refuse_unsupported(const json& body, Endpoint endpoint) {
   for (const UnsupportedField& f : kUnsupportedFields) {
+    if (std::string_view(f.name) == "tools" && is_rendered_tools_only(body, endpoint)) {
+      continue;
+    }
     auto it = body.find(f.name);
     if (it != body.end() && !f.asks_for_nothing(*it)) {
       return bad_request(std::string("'") + f.name +
                              "' is not supported by this server (accepted only as " + f.accepted +
                              ")",
                          f.name);
+    }
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    for (const UnsupportedField& f : kChatOnlyFields) {
+      auto it = body.find(f.name);
+      if (it != body.end() && !f.asks_for_nothing(*it)) {
+        return bad_request(std::string("'") + f.name +
+                               "' applies only to /v1/chat/completions (accepted here only as " +
+                               f.accepted + ")",
+                           f.name);
+      }
     }
   }
   // vLLM's add_special_tokens, at what crescent does: the chat template holds its own special
@@ -546,8 +627,67 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
     if (out->want_logprobs) {
       s.logprobs = static_cast<int32_t>(i);
     }
-    CRESCENT_RETURN_IF_API_ERROR(
-        get_bool(body, "add_generation_prompt", &out->add_generation_prompt));
+  }
+  return std::nullopt;
+}
+
+// OpenAI's tools: [{"type": "function", "function": {"name": ..., "parameters": ...}}].
+std::optional<ApiError> check_tools(const json& tools) {
+  if (!tools.is_array()) {
+    return wrong_type("tools", "a list", tools);
+  }
+  for (const json& tool : tools) {
+    auto function = tool.is_object() ? tool.find("function") : tool.end();
+    if (!tool.is_object() || tool.value("type", json()) != "function" || function == tool.end() ||
+        !function->is_object() || !function->contains("name") || !(*function)["name"].is_string()) {
+      return bad_request(
+          R"(each tool must be {"type": "function", "function": {"name": "...", ...}})", "tools");
+    }
+  }
+  return std::nullopt;
+}
+
+// The chat template's inputs besides the messages, with vLLM's rules.
+std::optional<ApiError> parse_chat_render(const json& body, GenerationRequest* out) {
+  ChatRenderOptions& r = out->chat_render;
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "add_generation_prompt", &r.add_generation_prompt));
+  CRESCENT_RETURN_IF_API_ERROR(get_bool(body, "continue_final_message", &r.continue_final_message));
+  if (r.continue_final_message && r.add_generation_prompt) {
+    return bad_request(
+        "'continue_final_message' and 'add_generation_prompt' cannot both be true (the first "
+        "continues the final message, the second starts a new one; add_generation_prompt "
+        "defaults to true)",
+        "continue_final_message");
+  }
+  if (r.continue_final_message && out->messages.back().role != "assistant") {
+    return bad_request(
+        "'continue_final_message' needs the final message to be an assistant's, "
+        "got '" +
+            clip(out->messages.back().role) + "'",
+        "continue_final_message");
+  }
+  if (auto it = body.find("chat_template"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return wrong_type("chat_template", "a string", *it);
+    }
+    // "" is the model's template, as in vLLM.
+    if (!it->get_ref<const std::string&>().empty()) {
+      r.chat_template = it->get<std::string>();
+    }
+  }
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return wrong_type("chat_template_kwargs", "an object", *it);
+    }
+    // The request's own fields say these; a kwarg would silently override them.
+    for (const char* key : {"messages", "tools"}) {
+      if (it->contains(key)) {
+        return bad_request(std::string("'chat_template_kwargs' must not set '") + key +
+                               "' (give it as the request's own field)",
+                           "chat_template_kwargs");
+      }
+    }
+    r.template_kwargs = *it;
   }
   return std::nullopt;
 }
@@ -646,6 +786,20 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
   }
   CRESCENT_RETURN_IF_API_ERROR(refuse_unsupported(j, endpoint));
   CRESCENT_RETURN_IF_API_ERROR(parse_sampling(j, out));
+  if (endpoint == Endpoint::kChat) {
+    CRESCENT_RETURN_IF_API_ERROR(parse_chat_render(j, out));
+    if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
+      CRESCENT_RETURN_IF_API_ERROR(check_tools(*it));
+    }
+    if (auto it = j.find("tools"); it != j.end() && it->is_array() && !it->empty()) {
+      // Parsed again in order: templates print the tools with tojson, key order included.
+      auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (ordered.is_discarded()) {
+        return bad_request("the request body does not parse");  // parse_json took it: a bug
+      }
+      out->chat_render.tools = std::move(ordered["tools"]);
+    }
+  }
   CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "stream", &out->stream));
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {

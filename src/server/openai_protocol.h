@@ -45,7 +45,9 @@ struct GenerationRequest {
   std::vector<ChatMessage> messages;  // kChat
   // kChat: the image_url parts of all messages in order, one per image part of `messages`.
   std::vector<ImageRef> images;
-  bool add_generation_prompt = true;
+  // kChat: add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs
+  // and (with tool_choice "none") tools, as the request gives them.
+  ChatRenderOptions chat_render;
   engine::SamplingParams sampling;
   bool max_tokens_given = false;
   bool stream = false;
@@ -62,10 +64,11 @@ struct GenerationRequest {
 };
 
 // Parses and checks a body; everything that does not need the engine (types, ranges,
-// n == 1, non-empty messages, content part types) is checked here. Image URLs are not
-// fetched or checked beyond being non-empty strings; logit_bias ids and min_tokens against a
-// defaulted max_tokens are checked once the engine is known. Fields crescent knows but does
-// not implement (best_of, response_format, tools, guided decoding, ...) are a 400 naming them
+// n == 1, non-empty messages, content part types, the shape of tool_calls) is checked here;
+// the chat template's own refusals (an unknown role, a syntax error) come when it renders. Image
+// URLs are not fetched or checked beyond being non-empty strings; logit_bias ids and min_tokens
+// against a defaulted max_tokens are checked once the engine is known. Fields crescent knows but
+// does not implement (best_of, response_format, tools, guided decoding, ...) are a 400 naming them
 // unless they ask for nothing; fields it does not know are ignored.
 std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
                                                  GenerationRequest* out);

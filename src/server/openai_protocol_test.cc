@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace crescent::server {
 namespace {
 
@@ -267,9 +269,6 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
       R"("tool_choice":{"type":"function","function":{"name":"f"}})",
       R"("functions":[{"name":"f"}])",
       R"("function_call":"auto")",
-      R"("chat_template":"{{ messages }}")",
-      R"("chat_template_kwargs":{"enable_thinking":false})",
-      R"("continue_final_message":true)",
       R"("documents":[])",
       R"("mm_processor_kwargs":{"fps":1})",
       R"("guided_json":{"type":"object"})",
@@ -326,31 +325,150 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
             "add_special_tokens");
 }
 
-TEST(OpenAiProtocolTest, ToolMessagesAreRefused) {
-  const char* bodies[] = {
-      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,
-          "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
-          {"role":"tool","tool_call_id":"c","content":"42"}]})",
-      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"",
-          "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
-      R"({"messages":[{"role":"tool","tool_call_id":"c","content":"42"}]})",
-      R"({"messages":[{"role":"function","name":"f","content":"42"}]})",
-      R"({"messages":[{"role":"assistant","content":"",
-          "function_call":{"name":"f","arguments":"{}"}}]})",
-  };
-  for (const char* body : bodies) {
-    ApiError e = parse_error(body, Endpoint::kChat);
-    EXPECT_EQ(e.param, "messages") << body;
-    EXPECT_NE(e.message.find("tool"), std::string::npos) << e.message;
-  }
-  EXPECT_NE(parse_error(bodies[1], Endpoint::kChat).message.find("'tool_calls'"),
-            std::string::npos);
-  EXPECT_NE(parse_error(bodies[2], Endpoint::kChat).message.find("role 'tool'"), std::string::npos);
+// Tool calls and their results reach the template in the OpenAI shape, arguments parsed into
+// an object in their order (as vLLM passes them); the deprecated function-calling shape stays
+// refused.
+TEST(OpenAiProtocolTest, ToolMessagesReachTheTemplate) {
+  auto r = parse_ok(R"({"messages":[{"role":"developer","content":"d"},
+      {"role":"user","content":"x"},{"role":"assistant","content":null,
+      "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"z\":1,\"a\":[2]}"}},
+                    {"id":"d","type":"function","function":{"name":"g","arguments":""}}]},
+      {"role":"tool","tool_call_id":"c","name":"f","content":"42"}]})",
+                    Endpoint::kChat);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "developer");
+  EXPECT_TRUE(r.messages[0].fields.empty());
+  EXPECT_EQ(r.messages[2].content, "");
+  const auto& calls = r.messages[2].fields["tool_calls"];
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["id"], "c");
+  EXPECT_EQ(calls[0]["function"]["name"], "f");
+  EXPECT_EQ(calls[0]["function"]["arguments"].dump(), R"({"z":1,"a":[2]})");
+  EXPECT_EQ(calls[1]["function"]["arguments"].dump(), "{}");
+  EXPECT_EQ(r.messages[3].fields.dump(), R"({"tool_call_id":"c","name":"f"})");
   // An assistant message with an empty or null tool_calls is a plain message.
-  parse_ok(R"({"messages":[{"role":"user","content":"x"},
+  r = parse_ok(R"({"messages":[{"role":"user","content":"x"},
       {"role":"assistant","content":"y","tool_calls":[]},
       {"role":"assistant","content":"z","tool_calls":null}]})",
-           Endpoint::kChat);
+               Endpoint::kChat);
+  EXPECT_TRUE(r.messages[1].fields.empty());
+  EXPECT_TRUE(r.messages[2].fields.empty());
+
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"messages":[{"role":"function","name":"f","content":"42"}]})", "role 'function'"},
+      {R"({"messages":[{"role":"assistant","content":"",
+          "function_call":{"name":"f","arguments":"{}"}}]})",
+       "'function_call'"},
+      {R"({"messages":[{"role":"user","content":"",
+          "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+       "only allowed in assistant messages"},
+      {R"({"messages":[{"role":"assistant","content":"","tool_calls":{}}]})", "must be a list"},
+      {R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"id":"c"}]}]})",
+       "\"function\""},
+      {R"({"messages":[{"role":"assistant","content":"",
+          "tool_calls":[{"function":{"name":"f","arguments":"{nope"}}]}]})",
+       "'arguments' is not valid JSON"},
+      {R"({"messages":[{"role":"tool","tool_call_id":5,"content":"42"}]})", "'tool_call_id'"},
+  };
+  for (const auto& [body, want] : refused) {
+    ApiError e = parse_error(body, Endpoint::kChat);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_NE(e.message.find(want), std::string::npos) << body << " -> " << e.message;
+  }
+}
+
+TEST(OpenAiProtocolTest, ChatTemplateFields) {
+  auto r = parse_ok(R"({"messages":[{"role":"user","content":"x"}]})", Endpoint::kChat);
+  EXPECT_TRUE(r.chat_render.add_generation_prompt);
+  EXPECT_FALSE(r.chat_render.continue_final_message);
+  EXPECT_FALSE(r.chat_render.chat_template.has_value());
+  EXPECT_TRUE(r.chat_render.template_kwargs.empty());
+  EXPECT_TRUE(r.chat_render.tools.is_null());
+
+  r = parse_ok(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}],
+      "add_generation_prompt":false,"continue_final_message":true,
+      "chat_template":"{{ messages[0].content }}",
+      "chat_template_kwargs":{"enable_thinking":false,"n":{"k":1}}})",
+               Endpoint::kChat);
+  EXPECT_FALSE(r.chat_render.add_generation_prompt);
+  EXPECT_TRUE(r.chat_render.continue_final_message);
+  EXPECT_EQ(r.chat_render.chat_template.value(), "{{ messages[0].content }}");
+  EXPECT_EQ(r.chat_render.template_kwargs.dump(), R"({"enable_thinking":false,"n":{"k":1}})");
+  // "" is the model's template, as in vLLM.
+  r = parse_ok(R"({"messages":[{"role":"user","content":"x"}],"chat_template":""})",
+               Endpoint::kChat);
+  EXPECT_FALSE(r.chat_render.chat_template.has_value());
+
+  const std::tuple<const char*, const char*, const char*> refused[] = {
+      // add_generation_prompt defaults to true, as in vLLM.
+      {R"({"messages":[{"role":"assistant","content":"y"}],"continue_final_message":true})",
+       "continue_final_message", "'add_generation_prompt' cannot both be true"},
+      {R"({"messages":[{"role":"user","content":"y"}],"continue_final_message":true,
+          "add_generation_prompt":false})",
+       "continue_final_message", "final message to be an assistant's"},
+      {R"({"messages":[{"role":"user","content":"y"}],"chat_template":7})", "chat_template",
+       "must be a string"},
+      {R"({"messages":[{"role":"user","content":"y"}],"chat_template_kwargs":[1]})",
+       "chat_template_kwargs", "must be an object"},
+      {R"({"messages":[{"role":"user","content":"y"}],"chat_template_kwargs":{"messages":[]}})",
+       "chat_template_kwargs", "must not set 'messages'"},
+      {R"({"messages":[{"role":"user","content":"y"}],"chat_template_kwargs":{"tools":[]}})",
+       "chat_template_kwargs", "must not set 'tools'"},
+      {R"({"messages":[{"role":"user","content":"y"}],"continue_final_message":1})",
+       "continue_final_message", "must be a boolean"},
+  };
+  for (const auto& [body, param, want] : refused) {
+    ApiError e = parse_error(body, Endpoint::kChat);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find(want), std::string::npos) << body << " -> " << e.message;
+  }
+  // The chat-only fields on /v1/completions: a 400 naming them unless they ask for nothing.
+  for (const char* field : {R"("chat_template":"x")", R"("chat_template_kwargs":{"a":1})",
+                            R"("continue_final_message":true)"}) {
+    const std::string body = std::string(R"({"prompt":"x",)") + field + "}";
+    ApiError e = parse_error(body);
+    EXPECT_NE(e.message.find("applies only to /v1/chat/completions"), std::string::npos)
+        << body << " -> " << e.message;
+  }
+}
+
+// With tool_choice "none" the tools only reach the template (nothing to parse from the
+// output), in the order the client wrote them; otherwise they stay refused.
+TEST(OpenAiProtocolTest, ToolsReachTheTemplateOnlyWithToolChoiceNone) {
+  auto r = parse_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
+      "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}}]})",
+                    Endpoint::kChat);
+  ASSERT_TRUE(r.chat_render.tools.is_array());
+  EXPECT_EQ(r.chat_render.tools[0]["function"]["parameters"]["properties"].dump(),
+            R"({"z":{"type":"string"},"a":{"type":"integer"}})");
+  EXPECT_TRUE(parse_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
+      "tools":[]})",
+                       Endpoint::kChat)
+                  .chat_render.tools.is_null());
+
+  const std::tuple<const char*, Endpoint, const char*> refused[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto",
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tools"},
+      {R"({"prompt":"x","tool_choice":"none",
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kCompletions, "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
+          "tools":[{"type":"function","function":{}}]})",
+       Endpoint::kChat, "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none","tools":{}})",
+       Endpoint::kChat, "tools"},
+  };
+  for (const auto& [body, endpoint, param] : refused) {
+    ApiError e = parse_error(body, endpoint);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, param) << body << " -> " << e.message;
+  }
 }
 
 TEST(OpenAiProtocolTest, MalformedJsonAndInvalidUtf8) {

@@ -453,7 +453,7 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
   std::vector<engine::MultiModalItem> mm_items;
   if (chat) {
     std::vector<ChatMessage> messages = req.messages;
-    auto rendered = engine->render_chat(messages, req.add_generation_prompt);
+    auto rendered = engine->render_chat(messages, req.chat_render);
     if (!rendered.is_ok()) {
       return fail(bad_request("cannot apply the chat template: " + rendered.status().message(),
                               "messages"));

@@ -158,6 +158,55 @@ TEST_F(OpenAiServerTest, ChatStreamedAndWholeAgree) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 }
 
+// The request's template inputs reach render_chat as given: kwargs, a request template,
+// continue_final_message, role developer, tool calls and tool results.
+TEST_F(OpenAiServerTest, ChatTemplateInputsReachTheEngine) {
+  server_->set_engine(engine_.get());
+  auto prompt_tokens = [&](const std::string& extra) {
+    auto r = post("/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1)" + extra + "}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["usage"]["prompt_tokens"].get<int>();
+  };
+  const int plain = prompt_tokens("");
+  EXPECT_TRUE(engine_->last_render_options().add_generation_prompt);
+  EXPECT_GT(prompt_tokens(R"(,"chat_template_kwargs":{"enable_thinking":false})"), plain);
+  EXPECT_EQ(engine_->last_render_options().template_kwargs.dump(), R"({"enable_thinking":false})");
+  EXPECT_GT(prompt_tokens(R"(,"chat_template":"{{ messages }} x")"), plain);
+  EXPECT_EQ(engine_->last_render_options().chat_template.value(), "{{ messages }} x");
+  EXPECT_LT(prompt_tokens(R"(,"add_generation_prompt":false)"), plain);
+  EXPECT_FALSE(engine_->last_render_options().add_generation_prompt);
+
+  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"developer","content":"d"},
+      {"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[
+        {"id":"c","type":"function","function":{"name":"f","arguments":"{\"q\":1}"}}]},
+      {"role":"tool","tool_call_id":"c","content":"42"},{"role":"assistant","content":"It is"}],
+      "add_generation_prompt":false,"continue_final_message":true,"max_tokens":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(engine_->last_render_options().continue_final_message);
+  std::vector<ChatMessage> messages = engine_->last_render_messages();
+  ASSERT_EQ(messages.size(), 5u);
+  EXPECT_EQ(messages[0].role, "developer");
+  EXPECT_EQ(messages[2].fields["tool_calls"][0]["function"]["arguments"]["q"], 1);
+  EXPECT_EQ(messages[3].fields["tool_call_id"], "c");
+
+  // With tool_choice "none" the tools reach the template.
+  EXPECT_GT(prompt_tokens(R"(,"tool_choice":"none",
+      "tools":[{"type":"function","function":{"name":"f"}}])"),
+            plain);
+  EXPECT_EQ(engine_->last_render_options().tools[0]["function"]["name"], "f");
+
+  // Refusals come back as 400s that name the field.
+  r = post("/v1/chat/completions", R"({"messages":[{"role":"assistant","content":"x"}],
+      "continue_final_message":true})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "continue_final_message");
+  r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"f"}}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tools");
+}
+
 TEST_F(OpenAiServerTest, KvTransferParamsAndLogprobsComeBack) {
   server_->set_engine(engine_.get());
   auto r = post("/v1/completions",
