@@ -321,10 +321,11 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
-    // and grid (its positions and prefix-cache keys) without decoding the image itself.
+    // and grid (its positions and prefix-cache keys), and no pixels to parse or decode.
     Json with_items = completion.body;
     with_items["ec_transfer_params"] = Json{{"items", *ec_items}};
     plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    replace_image_urls_with_ec_refs(with_items, *ec_items);
     decode = decode_body(with_items, transfer_id, pick.source);
   } else {
     plan.prefill_request.body = prefill_body(completion.body, transfer_id);

@@ -879,12 +879,23 @@ TEST_F(ProxyTest, EpdEncodesImagesInParallelAndGivesPrefillTheMergedItemsInOrder
   EXPECT_EQ(p_body["kv_transfer_params"]["transfer_id"], "xfer-epd-1");
   EXPECT_EQ(p_body["messages"], client["messages"]);
 
-  // D: today's decode body plus the same items (for each image's mm_hash and grid).
+  // D: today's decode body plus the same items (for each image's mm_hash and grid), and each
+  // image's url replaced by a reference to its item: no pixels.
   auto d = decodes_[0]->requests_to(kChat);
   ASSERT_EQ(d.size(), 1u);
   Json d_body = parse(d[0].body);
   EXPECT_EQ(d_body["ec_transfer_params"], Json({{"items", expected_items}})) << d[0].body;
   Json expected_d = client;
+  Json& d_parts = expected_d["messages"][0]["content"];
+  for (size_t i = 0; i < urls.size(); ++i) {
+    Json& image = d_parts[i + 1]["image_url"];
+    const std::string ref = "ec://" + testing::fake_mm_hash(urls[i]);
+    if (image.is_string()) {
+      image = ref;
+    } else {
+      image["url"] = ref;
+    }
+  }
   expected_d["ec_transfer_params"] = Json({{"items", expected_items}});
   expected_d["kv_transfer_params"] =
       Json{{"do_remote_decode", false},
