@@ -129,6 +129,7 @@ struct OpenAiServer::Call {
   int64_t created = 0;
   int64_t arrival_ns = 0;
   int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;  // of the latest output that carried tokens
   std::shared_ptr<ResponseWriter> writer;
   EngineClient* engine = nullptr;
   // Non-streamed: accumulated output. Streamed: text_offset for completions logprobs.
@@ -360,7 +361,10 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   }
   auto shared_request = std::make_shared<Request>(std::move(request));
   media_workers_->post([this, shared_request, writer, call, chat, ec_items = std::move(ec_items)] {
-    auto prepared = multimodal_->prepare(call->request.images);
+    // With items to pull, the resize and patch flattening wait until a pull has failed.
+    auto prepared = multimodal_->prepare(
+        call->request.images, ec_items.empty() ? MultimodalProcessor::PixelValues::kNow
+                                               : MultimodalProcessor::PixelValues::kDeferred);
     if (!prepared.is_ok()) {
       if (!ec_items.empty()) {
         ec_puller_->release(ec_items);
@@ -377,6 +381,11 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
             *writer, timed_out ? 504 : 502,
             dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
                                             timed_out ? "timeout_error" : "upstream_error"))));
+        return;
+      }
+      Status made = multimodal_->make_pixel_values(*prepared);
+      if (!made.is_ok()) {
+        send_json(*writer, 400, dump_json(error_json(bad_request(made.message(), "messages"))));
         return;
       }
     }
@@ -585,8 +594,14 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
   std::lock_guard<std::mutex> lock(call->mu);
   const GenerationRequest& req = call->request;
   bool chat = req.endpoint == Endpoint::kChat;
-  if (call->first_token_ns == 0 && !out.new_token_ids.empty()) {
-    call->first_token_ns = now_ns();
+  if (!out.new_token_ids.empty()) {
+    const int64_t t = now_ns();
+    if (call->first_token_ns == 0) {
+      call->first_token_ns = t;
+    } else {
+      metrics_.observe_inter_token(static_cast<double>(t - call->last_token_ns) * 1e-9);
+    }
+    call->last_token_ns = t;
   }
   // Observed before the final response is written, so /metrics read after it includes it.
   if (out.finished) {
