@@ -310,7 +310,7 @@ bench() {
   local url="http://127.0.0.1:$port"
   echo "== benchmark $label: crescent bench serve --base-url $url ${bench_args[*]} --label $label --save-result $stem.json"
   "${bench_prefix[@]}" "$bin" bench serve --base-url "$url" "${bench_args[@]}" --label "$label" \
-    --save-result "$run_dir/$stem.json" > "$run_dir/bench-$stem.log" 2>&1 &
+    --save-result "$run_dir/$stem.json" --save-detailed > "$run_dir/bench-$stem.log" 2>&1 &
   local bench_pid=$!
   stage="the $label benchmark"
   if [[ "$request_rate" != inf ]]; then
@@ -386,6 +386,7 @@ if [[ "$mode" == epd ]]; then
   # The proxy and the benchmark client: unpinned unless DEMO_FRONT_CPUS names CPUs (the client
   # is pinned the same way in both set-ups).
   front_cpus="${DEMO_FRONT_CPUS:-}"
+  e_nice="${DEMO_E_NICE:-0}"
   if [[ -n "$front_cpus" ]]; then bench_prefix=(taskset -c "$front_cpus"); fi
   num_cpus() { taskset -c "$1" nproc; }
   e_threads=$(num_cpus "$e_cpus") p_threads=$(num_cpus "$p_cpus") d_threads=$(num_cpus "$d_cpus")
@@ -408,16 +409,19 @@ if [[ "$mode" == epd ]]; then
   long_args=()
   vl_args=(--limit-mm-per-prompt "image=$mm_items")
 
-  # start_pinned NAME CPUS ARGS...: start, under taskset -c CPUS.
+  # start_pinned NAME CPUS ARGS...: start, under taskset -c CPUS (and nice -n $NICE when the
+  # caller sets NICE).
   start_pinned() {
     local name="$1" cpus="$2"
     shift 2
+    local prefix=(taskset -c "$cpus")
+    if [[ -n "${NICE:-}" && "${NICE:-0}" != 0 ]]; then prefix=(nice -n "$NICE" "${prefix[@]}"); fi
     log_of[$name]="$run_dir/$name.log"
-    echo "taskset -c $cpus crescent $*" > "${log_of[$name]}"
-    taskset -c "$cpus" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
+    echo "${prefix[*]} crescent $*" > "${log_of[$name]}"
+    "${prefix[@]}" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
     pid_of[$name]=$!
     running+=("$name")
-    echo "   $name: taskset -c $cpus crescent $* (pid ${pid_of[$name]}, log $name.log)"
+    echo "   $name: ${prefix[*]} crescent $* (pid ${pid_of[$name]}, log $name.log)"
   }
   # metric PORT NAME: the sum of NAME's series in PORT's /metrics (0 when absent).
   metric() {
@@ -437,7 +441,7 @@ if [[ "$mode" == epd ]]; then
   start bootstrap bootstrap --host 127.0.0.1 --port "${DEMO_BOOTSTRAP_PORT:-0}"
   listening_port bootstrap
   bootstrap_port="${port_of[bootstrap]}"
-  start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
+  NICE="$e_nice" start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
     --threads "$e_threads" --ec-transport "$ec_transport"
   start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
     --port "${DEMO_PREFILL_PORT:-0}" --role prefill --threads "$p_threads" \
@@ -479,6 +483,12 @@ if [[ "$mode" == epd ]]; then
   p_fallbacks=$(metric "${port_of[prefill]}" crescent_ec_fallback_local_total)
   p_ttft_s=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_sum)
   p_ttft_n=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_count)
+  # Token gaps as D wrote them (its own stalls), against those the client saw (which add the
+  # proxy's relay and the client's own scheduling).
+  itl_name=crescent_inter_token_latency_seconds
+  d_itl_n=$(metric "${port_of[decode]}" "${itl_name}_count")
+  d_itl_3=$(metric "${port_of[decode]}" "${itl_name}_bucket{le=\"0.003\"}")
+  d_itl_5=$(metric "${port_of[decode]}" "${itl_name}_bucket{le=\"0.005\"}")
   echo "== stopping the 1E1P1D cluster"
   stop_processes proxy decode prefill encode bootstrap
 
@@ -492,6 +502,9 @@ if [[ "$mode" == epd ]]; then
   bench colocated colocated "${port_of[colocated]}"
   c_images=$(metric "${port_of[colocated]}" crescent_encoder_images_total)
   c_seconds=$(metric "${port_of[colocated]}" crescent_encoder_seconds_total)
+  c_itl_n=$(metric "${port_of[colocated]}" "${itl_name}_count")
+  c_itl_3=$(metric "${port_of[colocated]}" "${itl_name}_bucket{le=\"0.003\"}")
+  c_itl_5=$(metric "${port_of[colocated]}" "${itl_name}_bucket{le=\"0.005\"}")
   echo "== stopping the colocated server"
   stop_processes colocated
 
@@ -513,6 +526,12 @@ if [[ "$mode" == epd ]]; then
       printf(" images the prefill worker encoded itself: %d (fallbacks %d)\n", pe, pf)
       printf("  the prefill worker, arrival to its one token (queue + EC pull + prefill): %.1f ms mean over %d requests\n",
              (ptn > 0 ? 1e3 * pts / ptn : 0), ptn) }'
+    awk -v dn="$d_itl_n" -v d3="$d_itl_3" -v d5="$d_itl_5" -v cn="$c_itl_n" -v c3="$c_itl_3" \
+      -v c5="$c_itl_5" 'function pct(k, n) { return n > 0 ? 100 * k / n : 0 }
+      BEGIN {
+      printf("  token gaps as the server wrote them (crescent_inter_token_latency_seconds): over 3 ms %d of %d (%.1f%%) on D, %d of %d (%.1f%%) colocated;",
+             dn - d3, dn, pct(dn - d3, dn), cn - c3, cn, pct(cn - c3, cn))
+      printf(" over 5 ms %d (%.1f%%) on D, %d (%.1f%%) colocated\n", dn - d5, pct(dn - d5, dn), cn - c5, pct(cn - c5, cn)) }'
     # The verdict, from the two result files: ITL p99 (a decode step stalled by an encode or a
     # prefill shows there first), TPOT p99 and TTFT median. Within 10%: "about the same", the
     # run-to-run spread of this machine (docs/epd_benchmark.md).
