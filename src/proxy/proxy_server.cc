@@ -112,6 +112,7 @@ ProxyServer::ProxyServer(ProxyOptions options)
   UpstreamClientOptions upstream;
   upstream.num_io_threads = std::max(1, options_.num_io_threads);
   upstream_ = std::make_unique<UpstreamClient>(upstream);
+  body_workers_ = std::make_unique<TaskQueue>(1);
 }
 
 Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
@@ -189,6 +190,13 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
       // Decided before `request` is moved: `path` refers into it.
       ApiEndpoint endpoint =
           path == "/v1/completions" ? ApiEndpoint::kCompletions : ApiEndpoint::kChatCompletions;
+      if (request.body.size() >= kLargeBodyBytes) {
+        auto shared = std::make_shared<Request>(std::move(request));
+        body_workers_->post([this, endpoint, shared, writer] {
+          handle_completion(endpoint, std::move(*shared), writer);
+        });
+        return;
+      }
       handle_completion(endpoint, std::move(request), writer);
     }
   } else if (path == "/v1/models") {
@@ -283,7 +291,15 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
   plan.router = &encoder_router_;
   plan.on_failed = [this, id = completion.request_id] { release_request_id(id); };
   auto shared = std::make_shared<Completion>(std::move(completion));
-  plan.on_encoded = [this, shared, writer](Json items) { dispatch(*shared, &items, writer); };
+  // Called on an upstream I/O thread: a large body's rewrite goes to the body workers.
+  plan.on_encoded = [this, shared, writer](Json items) {
+    if (shared->raw_body.size() < kLargeBodyBytes) {
+      return dispatch(*shared, &items, writer);
+    }
+    auto shared_items = std::make_shared<Json>(std::move(items));
+    body_workers_->post(
+        [this, shared, shared_items, writer] { dispatch(*shared, shared_items.get(), writer); });
+  };
   start_encoder_stage(std::move(plan), upstream_.get(), &metrics_, writer);
 }
 

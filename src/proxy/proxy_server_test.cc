@@ -1116,6 +1116,36 @@ TEST_F(ProxyTest, EpdRepeatedImageGoesToTheEncoderThatHadIt) {
   EXPECT_NE(metrics().find("crescent_proxy_encoder_affinity_total 3"), std::string::npos);
 }
 
+TEST_F(ProxyTest, EpdLargeBodiesAreHandledOffTheIoThreadsAndArriveIntact) {
+  add_encoders(1);
+  start({1}, 1);
+  // Over the 256 KiB at which parsing and rewriting move to the proxy's body worker.
+  const std::string big = "data:image/png;base64," + std::string(400 << 10, 'Q');
+  const std::vector<std::string> urls = {big, "http://i/small.png"};
+  auto result = stream(kChat, chat_with_images(urls, /*stream=*/true), {{"X-Request-Id", "big"}});
+  ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
+  EXPECT_EQ(result.http_status, 200) << result.body;
+  ASSERT_FALSE(result.events.empty());
+  EXPECT_EQ(result.events.back(), "[DONE]");
+  std::set<std::string> encoded;
+  for (const auto& r : encoders_[0]->requests_to(kChat)) {
+    encoded.insert(image_url_of_encoder_request(r));
+  }
+  EXPECT_EQ(encoded, (std::set<std::string>{big, urls[1]}));
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  auto p = prefills_[0]->server.requests_to(kChat);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(parse(p[0].body)["messages"][0]["content"][1]["image_url"]["url"], big);
+  auto d = decodes_[0]->requests_to(kChat);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_LT(d[0].body.size(), 4096u) << "D got pixels";
+  // A large text-only body takes the same worker.
+  auto text = post("/v1/completions",
+                   Json{{"prompt", std::string(300 << 10, 'x')}, {"max_tokens", 2}}.dump());
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(text->status, 200) << text->body;
+}
+
 TEST_F(ProxyTest, EpdWithColocatedPrefillDecodeServers) {
   add_encoders(1);
   make_fakes({}, 0);
