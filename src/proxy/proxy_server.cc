@@ -1,5 +1,8 @@
 #include "proxy/proxy_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -113,6 +116,8 @@ ProxyServer::ProxyServer(ProxyOptions options)
   upstream.num_io_threads = std::max(1, options_.num_io_threads);
   upstream_ = std::make_unique<UpstreamClient>(upstream);
   body_workers_ = std::make_unique<TaskQueue>(1);
+  // Bulk work: on a shared core, the threads relaying tokens go first.
+  body_workers_->post([] { ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10); });
 }
 
 Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
@@ -337,11 +342,17 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
-    // and grid (its positions and prefix-cache keys), and no pixels to parse or decode.
+    // and grid (its positions and prefix-cache keys), and no pixels to parse or decode; P gets
+    // the images too unless --prefill-images ref.
     Json with_items = completion.body;
     with_items["ec_transfer_params"] = Json{{"items", *ec_items}};
-    plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    if (!options_.prefill_image_refs) {
+      plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    }
     replace_image_urls_with_ec_refs(with_items, *ec_items);
+    if (options_.prefill_image_refs) {
+      plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    }
     decode = decode_body(with_items, transfer_id, pick.source);
   } else {
     plan.prefill_request.body = prefill_body(completion.body, transfer_id);

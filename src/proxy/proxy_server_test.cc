@@ -668,6 +668,8 @@ TEST_F(ProxyTest, NumberOverflowIs400AndTheProxyKeepsServing) {
     ASSERT_TRUE(ok.is_ok());
     EXPECT_EQ(ok->status, 200) << ok->body;
   }
+  // P's half may be recorded after D's answer reached the client.
+  EXPECT_TRUE(prefills_[0]->server.wait_for_requests("/v1/completions", 2, kWaitMs));
   EXPECT_EQ(prefills_[0]->server.requests_to("/v1/completions").size(), 2u);
   EXPECT_TRUE(prefills_[0]->server.requests_to("/v1/chat/completions").empty());
 }
@@ -1144,6 +1146,23 @@ TEST_F(ProxyTest, EpdLargeBodiesAreHandledOffTheIoThreadsAndArriveIntact) {
                    Json{{"prompt", std::string(300 << 10, 'x')}, {"max_tokens", 2}}.dump());
   ASSERT_TRUE(text.is_ok());
   EXPECT_EQ(text->status, 200) << text->body;
+}
+
+TEST_F(ProxyTest, EpdPrefillImagesRefSendsPrefillReferencesOnly) {
+  add_encoders(1);
+  start({1}, 1, /*wait_ready=*/true, [](ProxyOptions& o) { o.prefill_image_refs = true; });
+  const std::vector<std::string> urls = {"data:image/png;base64,aW1nMA==", "http://i/b.png"};
+  auto r = post(kChat, chat_with_images(urls));
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  for (const auto& body :
+       {prefills_[0]->server.requests_to(kChat)[0].body, decodes_[0]->requests_to(kChat)[0].body}) {
+    Json parts = parse(body)["messages"][0]["content"];
+    EXPECT_EQ(parts[1]["image_url"]["url"], "ec://" + testing::fake_mm_hash(urls[0])) << body;
+    EXPECT_EQ(parts[2]["image_url"], "ec://" + testing::fake_mm_hash(urls[1])) << body;
+    EXPECT_EQ(parse(body)["ec_transfer_params"]["items"].size(), 2u) << body;
+  }
 }
 
 TEST_F(ProxyTest, EpdWithColocatedPrefillDecodeServers) {

@@ -104,7 +104,15 @@ Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(const std::vecto
 
 std::optional<std::vector<PreparedImage>> MultimodalProcessor::prepared_from_ec_params(
     const nlohmann::json& ec_transfer_params, size_t num_images) const {
-  if (options_.needs_pixel_values || !ec_transfer_params.is_object()) {
+  if (options_.needs_pixel_values) {
+    return std::nullopt;
+  }
+  return described_by_ec_params(ec_transfer_params, num_images);
+}
+
+std::optional<std::vector<PreparedImage>> MultimodalProcessor::described_by_ec_params(
+    const nlohmann::json& ec_transfer_params, size_t num_images) const {
+  if (!ec_transfer_params.is_object()) {
     return std::nullopt;
   }
   auto items = ec_transfer_params.find("items");

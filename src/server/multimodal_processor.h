@@ -75,6 +75,10 @@ class MultimodalProcessor {
   // prepares the images itself).
   std::optional<std::vector<PreparedImage>> prepared_from_ec_params(
       const nlohmann::json& ec_transfer_params, size_t num_images) const;
+  // The same for a prefill server whose request names its images only by ec:// references
+  // (no pixels): the items are all it has, whatever it could encode.
+  std::optional<std::vector<PreparedImage>> described_by_ec_params(
+      const nlohmann::json& ec_transfer_params, size_t num_images) const;
   // prompt holds exactly one image_token_id per image (in order), as the chat template renders
   // it: each becomes the image's num_tokens() placeholders. Returns the engine's items.
   Result<std::vector<engine::MultiModalItem>> expand(
