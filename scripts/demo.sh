@@ -55,8 +55,12 @@
 #   DEMO_E_CPUS DEMO_P_CPUS DEMO_D_CPUS: taskset lists (default: D gets the last CPU; E and P
 #       share the others, split in two when there are at least two)
 #   DEMO_EC_TRANSPORT (shm)  DEMO_KV_TRANSPORT (shm)
-#   DEMO_FRONT_CPUS (unpinned): taskset list for the proxy and the benchmark client (the client
-#       runs under it against both set-ups)
+#   DEMO_FRONT_CPUS (E's and P's CPUs): taskset list for the proxy and the benchmark client
+#       (the client runs under it against both set-ups); empty: unpinned
+#   DEMO_PROXY_CPUS (DEMO_FRONT_CPUS): the proxy's alone  DEMO_PROXY_IO_THREADS (2)
+#   DEMO_E_NICE (10) DEMO_P_NICE (5): niceness of E and P ('idle': chrt --idle 0)
+#   DEMO_PREFILL_IMAGES (ref): the proxy's --prefill-images (full: P gets the images, can
+#       fall back to encoding them; ref: only ec:// references, as D)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -383,10 +387,24 @@ if [[ "$mode" == epd ]]; then
     fi
   fi
   e_cpus="${DEMO_E_CPUS:-$e_cpus}" p_cpus="${DEMO_P_CPUS:-$p_cpus}" d_cpus="${DEMO_D_CPUS:-$d_cpus}"
-  # The proxy and the benchmark client: unpinned unless DEMO_FRONT_CPUS names CPUs (the client
-  # is pinned the same way in both set-ups).
-  front_cpus="${DEMO_FRONT_CPUS:-}"
-  e_nice="${DEMO_E_NICE:-0}"
+  # The proxy and the benchmark client (pinned the same way in both set-ups) share the CPUs of
+  # E and P, not D's: relaying a token is short but must not wait, and D's core is for decode
+  # steps (with them unpinned, the proxy's work on each 3.7 MB image request landed on D's
+  # core and stalled its steps). E and P run under nice (bulk stages: encoding and prefill
+  # take tens of ms each), so the relay on their core goes first.
+  default_front="$e_cpus"
+  [[ "$p_cpus" == "$e_cpus" ]] || default_front="$e_cpus,$p_cpus"
+  [[ "$d_cpus" != "$e_cpus" && "$d_cpus" != "$p_cpus" ]] || default_front=""
+  front_cpus="${DEMO_FRONT_CPUS-$default_front}"
+  e_nice="${DEMO_E_NICE:-10}" p_nice="${DEMO_P_NICE:-5}"
+  prefill_images="${DEMO_PREFILL_IMAGES:-ref}"
+  [[ "$prefill_images" == full || "$prefill_images" == ref ]] ||
+    die "DEMO_PREFILL_IMAGES must be full or ref, got '$prefill_images'"
+  for knob in DEMO_E_NICE:"$e_nice" DEMO_P_NICE:"$p_nice"; do
+    value="${knob#*:}"
+    [[ "$value" == idle || "$value" =~ ^-?[0-9]+$ ]] ||
+      die "${knob%%:*} must be a niceness (-20..19) or idle, got '$value'"
+  done
   if [[ -n "$front_cpus" ]]; then bench_prefix=(taskset -c "$front_cpus"); fi
   num_cpus() { taskset -c "$1" nproc; }
   e_threads=$(num_cpus "$e_cpus") p_threads=$(num_cpus "$p_cpus") d_threads=$(num_cpus "$d_cpus")
@@ -415,7 +433,11 @@ if [[ "$mode" == epd ]]; then
     local name="$1" cpus="$2"
     shift 2
     local prefix=(taskset -c "$cpus")
-    if [[ -n "${NICE:-}" && "${NICE:-0}" != 0 ]]; then prefix=(nice -n "$NICE" "${prefix[@]}"); fi
+    if [[ "${NICE:-0}" == idle ]]; then
+      prefix=(chrt --idle 0 "${prefix[@]}")
+    elif [[ -n "${NICE:-}" && "${NICE:-0}" != 0 ]]; then
+      prefix=(nice -n "$NICE" "${prefix[@]}")
+    fi
     log_of[$name]="$run_dir/$name.log"
     echo "${prefix[*]} crescent $*" > "${log_of[$name]}"
     "${prefix[@]}" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
@@ -435,15 +457,16 @@ if [[ "$mode" == epd ]]; then
   }
 
   echo "== 1E1P1D on 127.0.0.1: encoder on CPU(s) $e_cpus ($e_threads thread(s)), prefill on" \
-    "$p_cpus ($p_threads), decode on $d_cpus ($d_threads); a bootstrap server and the proxy" \
-    "(and the benchmark client) unpinned"
+    "$p_cpus ($p_threads), decode on $d_cpus ($d_threads); the proxy and the benchmark client" \
+    "on ${front_cpus:-any CPU}; E at nice $e_nice, P at nice $p_nice; P gets images as" \
+    "--prefill-images $prefill_images"
   stage="the start of the 1E1P1D cluster"
   start bootstrap bootstrap --host 127.0.0.1 --port "${DEMO_BOOTSTRAP_PORT:-0}"
   listening_port bootstrap
   bootstrap_port="${port_of[bootstrap]}"
   NICE="$e_nice" start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
     --threads "$e_threads" --ec-transport "$ec_transport"
-  start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
+  NICE="$p_nice" start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
     --port "${DEMO_PREFILL_PORT:-0}" --role prefill --threads "$p_threads" \
     --kv-transport "$kv_transport" --ec-transport "$ec_transport" \
     --bootstrap-addr "http://127.0.0.1:$bootstrap_port"
@@ -457,16 +480,16 @@ if [[ "$mode" == epd ]]; then
     wait_ready "$name" "${port_of[$name]}" /health
   done
   wait_ready bootstrap "$bootstrap_port" /query
-  if [[ -n "$front_cpus" ]]; then
-    start_pinned proxy "$front_cpus" proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" \
-      --io-threads 1 --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
-      --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
-      --decode "http://127.0.0.1:${port_of[decode]}"
+  proxy_cpus="${DEMO_PROXY_CPUS:-$front_cpus}"
+  proxy_args=(proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}"
+              --io-threads "${DEMO_PROXY_IO_THREADS:-2}" --prefill-images "$prefill_images"
+              --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}"
+              --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port"
+              --decode "http://127.0.0.1:${port_of[decode]}")
+  if [[ -n "$proxy_cpus" ]]; then
+    start_pinned proxy "$proxy_cpus" "${proxy_args[@]}"
   else
-  start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1 \
-    --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
-    --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
-    --decode "http://127.0.0.1:${port_of[decode]}"
+    start proxy "${proxy_args[@]}"
   fi
   listening_port proxy
   wait_ready proxy "${port_of[proxy]}" /health
