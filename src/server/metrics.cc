@@ -42,13 +42,10 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
                                   int num_in_flight) const {
   std::string out;
   std::string label = "{model_name=\"" + model_name + "\"}";
-  auto gauge = [&](const std::string& name, const char* help, double v) {
-    append_header(&out, name, "gauge", help);
-    out += name + label + " " + format_number(v) + "\n";
-  };
+  prometheus::SampleWriter w(&out, "", label);
+  auto gauge = [&](const std::string& name, const char* help, double v) { w.gauge(name, help, v); };
   auto counter = [&](const std::string& name, const char* help, double v) {
-    append_header(&out, name, "counter", help);
-    out += name + label + " " + format_number(v) + "\n";
+    w.counter(name, help, v);
   };
   gauge("crescent_num_requests_running", "Requests the engine is running.", engine.num_running);
   gauge("crescent_num_requests_waiting", "Requests waiting to be scheduled.", engine.num_waiting);
