@@ -55,8 +55,12 @@
 #   DEMO_E_CPUS DEMO_P_CPUS DEMO_D_CPUS: taskset lists (default: D gets the last CPU; E and P
 #       share the others, split in two when there are at least two)
 #   DEMO_EC_TRANSPORT (shm)  DEMO_KV_TRANSPORT (shm)
-#   DEMO_FRONT_CPUS (unpinned): taskset list for the proxy and the benchmark client (the client
-#       runs under it against both set-ups)
+#   DEMO_FRONT_CPUS (E's and P's CPUs): taskset list for the proxy and the benchmark client
+#       (the client runs under it against both set-ups); empty: unpinned
+#   DEMO_PROXY_CPUS (DEMO_FRONT_CPUS): the proxy's alone  DEMO_PROXY_IO_THREADS (2)
+#   DEMO_E_NICE (10) DEMO_P_NICE (5): niceness of E and P ('idle': chrt --idle 0)
+#   DEMO_PREFILL_IMAGES (ref): the proxy's --prefill-images (full: P gets the images, can
+#       fall back to encoding them; ref: only ec:// references, as D)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -310,7 +314,7 @@ bench() {
   local url="http://127.0.0.1:$port"
   echo "== benchmark $label: crescent bench serve --base-url $url ${bench_args[*]} --label $label --save-result $stem.json"
   "${bench_prefix[@]}" "$bin" bench serve --base-url "$url" "${bench_args[@]}" --label "$label" \
-    --save-result "$run_dir/$stem.json" > "$run_dir/bench-$stem.log" 2>&1 &
+    --save-result "$run_dir/$stem.json" --save-detailed > "$run_dir/bench-$stem.log" 2>&1 &
   local bench_pid=$!
   stage="the $label benchmark"
   if [[ "$request_rate" != inf ]]; then
@@ -383,9 +387,24 @@ if [[ "$mode" == epd ]]; then
     fi
   fi
   e_cpus="${DEMO_E_CPUS:-$e_cpus}" p_cpus="${DEMO_P_CPUS:-$p_cpus}" d_cpus="${DEMO_D_CPUS:-$d_cpus}"
-  # The proxy and the benchmark client: unpinned unless DEMO_FRONT_CPUS names CPUs (the client
-  # is pinned the same way in both set-ups).
-  front_cpus="${DEMO_FRONT_CPUS:-}"
+  # The proxy and the benchmark client (pinned the same way in both set-ups) share the CPUs of
+  # E and P, not D's: relaying a token is short but must not wait, and D's core is for decode
+  # steps (with them unpinned, the proxy's work on each 3.7 MB image request landed on D's
+  # core and stalled its steps). E and P run under nice (bulk stages: encoding and prefill
+  # take tens of ms each), so the relay on their core goes first.
+  default_front="$e_cpus"
+  [[ "$p_cpus" == "$e_cpus" ]] || default_front="$e_cpus,$p_cpus"
+  [[ "$d_cpus" != "$e_cpus" && "$d_cpus" != "$p_cpus" ]] || default_front=""
+  front_cpus="${DEMO_FRONT_CPUS-$default_front}"
+  e_nice="${DEMO_E_NICE:-10}" p_nice="${DEMO_P_NICE:-5}"
+  prefill_images="${DEMO_PREFILL_IMAGES:-ref}"
+  [[ "$prefill_images" == full || "$prefill_images" == ref ]] ||
+    die "DEMO_PREFILL_IMAGES must be full or ref, got '$prefill_images'"
+  for knob in DEMO_E_NICE:"$e_nice" DEMO_P_NICE:"$p_nice"; do
+    value="${knob#*:}"
+    [[ "$value" == idle || "$value" =~ ^-?[0-9]+$ ]] ||
+      die "${knob%%:*} must be a niceness (-20..19) or idle, got '$value'"
+  done
   if [[ -n "$front_cpus" ]]; then bench_prefix=(taskset -c "$front_cpus"); fi
   num_cpus() { taskset -c "$1" nproc; }
   e_threads=$(num_cpus "$e_cpus") p_threads=$(num_cpus "$p_cpus") d_threads=$(num_cpus "$d_cpus")
@@ -408,16 +427,23 @@ if [[ "$mode" == epd ]]; then
   long_args=()
   vl_args=(--limit-mm-per-prompt "image=$mm_items")
 
-  # start_pinned NAME CPUS ARGS...: start, under taskset -c CPUS.
+  # start_pinned NAME CPUS ARGS...: start, under taskset -c CPUS (and nice -n $NICE when the
+  # caller sets NICE).
   start_pinned() {
     local name="$1" cpus="$2"
     shift 2
+    local prefix=(taskset -c "$cpus")
+    if [[ "${NICE:-0}" == idle ]]; then
+      prefix=(chrt --idle 0 "${prefix[@]}")
+    elif [[ -n "${NICE:-}" && "${NICE:-0}" != 0 ]]; then
+      prefix=(nice -n "$NICE" "${prefix[@]}")
+    fi
     log_of[$name]="$run_dir/$name.log"
-    echo "taskset -c $cpus crescent $*" > "${log_of[$name]}"
-    taskset -c "$cpus" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
+    echo "${prefix[*]} crescent $*" > "${log_of[$name]}"
+    "${prefix[@]}" "$bin" "$@" >> "${log_of[$name]}" 2>&1 &
     pid_of[$name]=$!
     running+=("$name")
-    echo "   $name: taskset -c $cpus crescent $* (pid ${pid_of[$name]}, log $name.log)"
+    echo "   $name: ${prefix[*]} crescent $* (pid ${pid_of[$name]}, log $name.log)"
   }
   # metric PORT NAME: the sum of NAME's series in PORT's /metrics (0 when absent).
   metric() {
@@ -431,15 +457,16 @@ if [[ "$mode" == epd ]]; then
   }
 
   echo "== 1E1P1D on 127.0.0.1: encoder on CPU(s) $e_cpus ($e_threads thread(s)), prefill on" \
-    "$p_cpus ($p_threads), decode on $d_cpus ($d_threads); a bootstrap server and the proxy" \
-    "(and the benchmark client) unpinned"
+    "$p_cpus ($p_threads), decode on $d_cpus ($d_threads); the proxy and the benchmark client" \
+    "on ${front_cpus:-any CPU}; E at nice $e_nice, P at nice $p_nice; P gets images as" \
+    "--prefill-images $prefill_images"
   stage="the start of the 1E1P1D cluster"
   start bootstrap bootstrap --host 127.0.0.1 --port "${DEMO_BOOTSTRAP_PORT:-0}"
   listening_port bootstrap
   bootstrap_port="${port_of[bootstrap]}"
-  start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
+  NICE="$e_nice" start_pinned encode "$e_cpus" serve "${serve_args[@]}" "${vl_args[@]}" --port 0 --role encode \
     --threads "$e_threads" --ec-transport "$ec_transport"
-  start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
+  NICE="$p_nice" start_pinned prefill "$p_cpus" serve "${serve_args[@]}" "${vl_args[@]}" \
     --port "${DEMO_PREFILL_PORT:-0}" --role prefill --threads "$p_threads" \
     --kv-transport "$kv_transport" --ec-transport "$ec_transport" \
     --bootstrap-addr "http://127.0.0.1:$bootstrap_port"
@@ -453,16 +480,16 @@ if [[ "$mode" == epd ]]; then
     wait_ready "$name" "${port_of[$name]}" /health
   done
   wait_ready bootstrap "$bootstrap_port" /query
-  if [[ -n "$front_cpus" ]]; then
-    start_pinned proxy "$front_cpus" proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" \
-      --io-threads 1 --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
-      --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
-      --decode "http://127.0.0.1:${port_of[decode]}"
+  proxy_cpus="${DEMO_PROXY_CPUS:-$front_cpus}"
+  proxy_args=(proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}"
+              --io-threads "${DEMO_PROXY_IO_THREADS:-2}" --prefill-images "$prefill_images"
+              --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}"
+              --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port"
+              --decode "http://127.0.0.1:${port_of[decode]}")
+  if [[ -n "$proxy_cpus" ]]; then
+    start_pinned proxy "$proxy_cpus" "${proxy_args[@]}"
   else
-  start proxy proxy --host 127.0.0.1 --port "${DEMO_PROXY_PORT:-0}" --io-threads 1 \
-    --drain-timeout 5 --encode "http://127.0.0.1:${port_of[encode]}" \
-    --prefill "http://127.0.0.1:${port_of[prefill]}" "$bootstrap_port" \
-    --decode "http://127.0.0.1:${port_of[decode]}"
+    start proxy "${proxy_args[@]}"
   fi
   listening_port proxy
   wait_ready proxy "${port_of[proxy]}" /health
@@ -479,6 +506,12 @@ if [[ "$mode" == epd ]]; then
   p_fallbacks=$(metric "${port_of[prefill]}" crescent_ec_fallback_local_total)
   p_ttft_s=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_sum)
   p_ttft_n=$(metric "${port_of[prefill]}" crescent_time_to_first_token_seconds_count)
+  # Token gaps as D wrote them (its own stalls), against those the client saw (which add the
+  # proxy's relay and the client's own scheduling).
+  itl_name=crescent_inter_token_latency_seconds
+  d_itl_n=$(metric "${port_of[decode]}" "${itl_name}_count")
+  d_itl_3=$(metric "${port_of[decode]}" "${itl_name}_bucket{le=\"0.003\"}")
+  d_itl_5=$(metric "${port_of[decode]}" "${itl_name}_bucket{le=\"0.005\"}")
   echo "== stopping the 1E1P1D cluster"
   stop_processes proxy decode prefill encode bootstrap
 
@@ -492,6 +525,9 @@ if [[ "$mode" == epd ]]; then
   bench colocated colocated "${port_of[colocated]}"
   c_images=$(metric "${port_of[colocated]}" crescent_encoder_images_total)
   c_seconds=$(metric "${port_of[colocated]}" crescent_encoder_seconds_total)
+  c_itl_n=$(metric "${port_of[colocated]}" "${itl_name}_count")
+  c_itl_3=$(metric "${port_of[colocated]}" "${itl_name}_bucket{le=\"0.003\"}")
+  c_itl_5=$(metric "${port_of[colocated]}" "${itl_name}_bucket{le=\"0.005\"}")
   echo "== stopping the colocated server"
   stop_processes colocated
 
@@ -513,6 +549,12 @@ if [[ "$mode" == epd ]]; then
       printf(" images the prefill worker encoded itself: %d (fallbacks %d)\n", pe, pf)
       printf("  the prefill worker, arrival to its one token (queue + EC pull + prefill): %.1f ms mean over %d requests\n",
              (ptn > 0 ? 1e3 * pts / ptn : 0), ptn) }'
+    awk -v dn="$d_itl_n" -v d3="$d_itl_3" -v d5="$d_itl_5" -v cn="$c_itl_n" -v c3="$c_itl_3" \
+      -v c5="$c_itl_5" 'function pct(k, n) { return n > 0 ? 100 * k / n : 0 }
+      BEGIN {
+      printf("  token gaps as the server wrote them (crescent_inter_token_latency_seconds): over 3 ms %d of %d (%.1f%%) on D, %d of %d (%.1f%%) colocated;",
+             dn - d3, dn, pct(dn - d3, dn), cn - c3, cn, pct(cn - c3, cn))
+      printf(" over 5 ms %d (%.1f%%) on D, %d (%.1f%%) colocated\n", dn - d5, pct(dn - d5, dn), cn - c5, pct(cn - c5, cn)) }'
     # The verdict, from the two result files: ITL p99 (a decode step stalled by an encode or a
     # prefill shows there first), TPOT p99 and TTFT median. Within 10%: "about the same", the
     # run-to-run spread of this machine (docs/epd_benchmark.md).

@@ -54,4 +54,11 @@ void Histogram::render(const std::string& name, const std::string& labels, std::
   *out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
 }
 
+void SampleWriter::append(const char* type, const std::string& name, const char* help,
+                          double value) {
+  const std::string full = prefix_ + name;
+  append_header(out_, full, type, help);
+  append_sample(out_, full + labels_, value);
+}
+
 }  // namespace crescent::prometheus

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace crescent::prometheus {
@@ -33,6 +34,28 @@ std::string format_number(double v);
 void append_header(std::string* out, const std::string& name, const char* type, const char* help);
 // Appends one "name value\n" sample (name may carry {labels}).
 void append_sample(std::string* out, const std::string& name, double value);
+
+// Appends one-sample families that share a name prefix and a label set, each with its HELP and
+// TYPE lines: SampleWriter w(&out, "crescent_ec_producer_", "{model_name=\"m\"}");
+// w.counter("pulls_total", "...", n) appends crescent_ec_producer_pulls_total{model_name="m"} n.
+class SampleWriter {
+ public:
+  SampleWriter(std::string* out, std::string prefix, std::string labels)
+      : out_(out), prefix_(std::move(prefix)), labels_(std::move(labels)) {}
+  void counter(const std::string& name, const char* help, double value) {
+    append("counter", name, help, value);
+  }
+  void gauge(const std::string& name, const char* help, double value) {
+    append("gauge", name, help, value);
+  }
+
+ private:
+  void append(const char* type, const std::string& name, const char* help, double value);
+
+  std::string* out_;
+  std::string prefix_;
+  std::string labels_;
+};
 
 // Bucket bounds in seconds for latencies from sub-millisecond to minutes.
 std::vector<double> latency_buckets_seconds();

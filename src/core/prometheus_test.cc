@@ -41,5 +41,17 @@ TEST(HistogramTest, EmptyHistogramRendersZeros) {
   EXPECT_NE(out.find("y_sum 0\ny_count 0\n"), std::string::npos) << out;
 }
 
+TEST(PrometheusTest, SampleWriterPrefixesNamesAndLabelsEverySample) {
+  std::string out;
+  SampleWriter w(&out, "crescent_x_", "{model_name=\"m\"}");
+  w.counter("pulls_total", "Pulls.", 3);
+  w.gauge("bytes", "Bytes held.", 0.5);
+  EXPECT_EQ(out,
+            "# HELP crescent_x_pulls_total Pulls.\n# TYPE crescent_x_pulls_total counter\n"
+            "crescent_x_pulls_total{model_name=\"m\"} 3\n"
+            "# HELP crescent_x_bytes Bytes held.\n# TYPE crescent_x_bytes gauge\n"
+            "crescent_x_bytes{model_name=\"m\"} 0.5\n");
+}
+
 }  // namespace
 }  // namespace crescent::prometheus

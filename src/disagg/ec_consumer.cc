@@ -815,10 +815,8 @@ std::string EcConsumer::Impl::render_metrics(const std::string& model_name) cons
   const std::string label = "{" + labels + "}";
   const std::string p = "crescent_ec_consumer_";
   std::string out;
-  auto counter = [&](const char* name, const char* help, double v) {
-    prometheus::append_header(&out, p + name, "counter", help);
-    prometheus::append_sample(&out, p + name + label, v);
-  };
+  prometheus::SampleWriter w(&out, p, label);
+  auto counter = [&](const char* name, const char* help, double v) { w.counter(name, help, v); };
   counter("fetches_total", "EC fetch calls (each pulls a request's image tensors).",
           static_cast<double>(metrics_.num_fetches));
   counter("failures_total", "EC fetch calls that failed.",

@@ -434,14 +434,9 @@ std::string EcDiskProducer::Impl::render_metrics(const std::string& model_name) 
   const std::string label = "{model_name=\"" + model_name + "\",connector=\"disk\"}";
   const std::string p = "crescent_ec_producer_";
   std::string out;
-  auto gauge = [&](const char* name, const char* help, double v) {
-    prometheus::append_header(&out, p + name, "gauge", help);
-    prometheus::append_sample(&out, p + name + label, v);
-  };
-  auto counter = [&](const char* name, const char* help, double v) {
-    prometheus::append_header(&out, p + name, "counter", help);
-    prometheus::append_sample(&out, p + name + label, v);
-  };
+  prometheus::SampleWriter w(&out, p, label);
+  auto gauge = [&](const char* name, const char* help, double v) { w.gauge(name, help, v); };
+  auto counter = [&](const char* name, const char* help, double v) { w.counter(name, help, v); };
   gauge("pool_bytes", "Bytes the encoder's EC directory may hold (--ec-pool-size).",
         static_cast<double>(m.max_bytes));
   gauge("pool_used_bytes", "Bytes of the files this encoder keeps in its EC directory.",
@@ -656,10 +651,8 @@ std::string EcDiskConsumer::render_metrics(const std::string& model_name) const 
   const std::string label = "{model_name=\"" + model_name + "\",connector=\"disk\"}";
   const std::string p = "crescent_ec_consumer_";
   std::string out;
-  auto counter = [&](const char* name, const char* help, double v) {
-    prometheus::append_header(&out, p + name, "counter", help);
-    prometheus::append_sample(&out, p + name + label, v);
-  };
+  prometheus::SampleWriter w(&out, p, label);
+  auto counter = [&](const char* name, const char* help, double v) { w.counter(name, help, v); };
   counter("fetches_total", "EC fetch calls (each reads a request's image files).",
           static_cast<double>(m.num_fetches));
   counter("failures_total", "EC fetch calls that failed.", static_cast<double>(m.num_failures));

@@ -674,13 +674,10 @@ std::string EcProducer::Impl::render_metrics(const std::string& model_name) cons
   const std::string label = "{model_name=\"" + model_name + "\"}";
   const std::string p = "crescent_ec_producer_";
   std::string out;
-  auto gauge = [&](const char* name, const char* help, double v) {
-    prometheus::append_header(&out, p + name, "gauge", help);
-    prometheus::append_sample(&out, p + name + label, v);
-  };
+  prometheus::SampleWriter w(&out, p, label);
+  auto gauge = [&](const char* name, const char* help, double v) { w.gauge(name, help, v); };
   auto counter = [&](const char* name, const char* help, uint64_t v) {
-    prometheus::append_header(&out, p + name, "counter", help);
-    prometheus::append_sample(&out, p + name + label, static_cast<double>(v));
+    w.counter(name, help, static_cast<double>(v));
   };
   gauge("pool_bytes", "Usable bytes of the encoder's EC tensor pool.",
         static_cast<double>(m.pool_bytes));

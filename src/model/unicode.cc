@@ -68,21 +68,20 @@ const icu::Normalizer2* checked_normalizer(const icu::Normalizer2* n, UErrorCode
   CRESCENT_CHECK(U_SUCCESS(err) && n != nullptr) << "ICU normalizer unavailable";
   return n;
 }
-const icu::Normalizer2* nfc_instance() {
+// One normaliser, created once behind a C++ static (see above).
+template <const icu::Normalizer2* (*kGetInstance)(UErrorCode&)>
+const icu::Normalizer2* instance_once() {
   static const icu::Normalizer2* const n = [] {
     UErrorCode err = U_ZERO_ERROR;
-    const icu::Normalizer2* made = icu::Normalizer2::getNFCInstance(err);
+    const icu::Normalizer2* made = kGetInstance(err);
     return checked_normalizer(made, err);
   }();
   return n;
 }
-const icu::Normalizer2* nfkc_instance() {
-  static const icu::Normalizer2* const n = [] {
-    UErrorCode err = U_ZERO_ERROR;
-    const icu::Normalizer2* made = icu::Normalizer2::getNFKCInstance(err);
-    return checked_normalizer(made, err);
-  }();
-  return n;
+
+const icu::Normalizer2* normalizer(bool compat) {
+  return compat ? instance_once<&icu::Normalizer2::getNFKCInstance>()
+                : instance_once<&icu::Normalizer2::getNFCInstance>();
 }
 
 std::string normalize(std::string_view text, bool compat) {
@@ -96,7 +95,7 @@ std::string normalize(std::string_view text, bool compat) {
   if (ascii) {
     return std::string(text);
   }
-  const icu::Normalizer2* n = compat ? nfkc_instance() : nfc_instance();
+  const icu::Normalizer2* n = normalizer(compat);
   UErrorCode err = U_ZERO_ERROR;
   icu::UnicodeString src = icu::UnicodeString::fromUTF8(
       icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));

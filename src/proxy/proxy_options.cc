@@ -157,9 +157,9 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       has_inline_value = true;
     }
     static const char* const kKnown[] = {
-        "host",       "port",         "prefill",          "decode",
-        "pd",         "encode",       "encode-timeout-s", "request-timeout",
-        "io-threads", "drain-timeout"};
+        "host",       "port",          "prefill",          "decode",
+        "pd",         "encode",        "encode-timeout-s", "request-timeout",
+        "io-threads", "drain-timeout", "prefill-images"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return name == k; }) == std::end(kKnown)) {
       return invalid_argument("unknown flag --" + name + " (see --help)");
@@ -206,6 +206,11 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       o.encoders.push_back(std::move(url));
     } else if (name == "encode-timeout-s") {
       ASSIGN_OR_RETURN(o.encode_timeout_s, parse_seconds("--encode-timeout-s", value));
+    } else if (name == "prefill-images") {
+      if (value != "full" && value != "ref") {
+        return invalid_argument("--prefill-images expects 'full' or 'ref', got '" + value + "'");
+      }
+      o.prefill_image_refs = value == "ref";
     } else if (name == "request-timeout") {
       ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds("--request-timeout", value));
     } else if (name == "drain-timeout") {
@@ -242,7 +247,7 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
 
 std::string proxy_help_text() {
   return R"(usage: crescent proxy [--host 127.0.0.1] [--port 8000]
-                      [--encode URL ...] [--encode-timeout-s S]
+                      [--encode URL ...] [--encode-timeout-s S] [--prefill-images full|ref]
                       --prefill URL [BOOTSTRAP_PORT|none] [--prefill ...]
                       --decode URL [--decode ...]
                       [--request-timeout S] [--io-threads N] [--drain-timeout S]
@@ -272,8 +277,9 @@ Images (EPD), with --encode: a /v1/chat/completions request whose messages hold 
 alone to an encoder ({"model", "messages": [one user message with that part], "max_tokens": 1,
 "stream": false}), all at once. Their answers' ec_transfer_params.items are merged in image
 order into "ec_transfer_params": {"items": [...]}, which the prefill (or --pd) server pulls
-(D gets them too, for each image's mm_hash and grid); then the flow above runs. An image seen before goes to the encoder that had it (an LRU of
-10000 image URL hashes); new ones go round-robin. An encoder's 4xx reaches the client
+(D gets them too, for each image's mm_hash and grid, with each image's URL replaced by
+"ec://MM_HASH": no pixels); then the flow above runs. An image seen before goes to the encoder
+that had it (an LRU of 10000 image URL hashes); new ones go round-robin. An encoder's 4xx reaches the client
 unchanged; its 503 is 503, anything else failing 502 naming the encoder; P/D never start.
 Requests without images, and every request without --encode, never touch an encoder.
 
@@ -293,6 +299,11 @@ flags:
                          ec_transfer_params) without kv_transfer_params. Repeatable (1E1PD).
   --encode URL           an encoder server (`crescent serve --role encode`). Repeatable.
   --encode-timeout-s S   bounds each encoder call (default 60)
+  --prefill-images full|ref
+                         what the prefill server gets of each encoded image: 'full' (default)
+                         the image itself, which it decodes to check the items' mm_hash and
+                         encodes itself if the pull fails; 'ref' only "ec://MM_HASH", as D:
+                         nothing to receive or decode, but a failed pull fails the request
   --request-timeout S    bounds each whole request, first byte to last (default 600)
   --io-threads N         I/O threads for clients, and as many for upstream calls (default 2)
   --drain-timeout S      on SIGTERM/SIGINT, how long in-flight requests may finish (default 30)

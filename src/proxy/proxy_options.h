@@ -54,6 +54,12 @@ struct ProxyOptions {
   // server inside the request, as without EPD.
   std::vector<UpstreamUrl> encoders;
   double encode_timeout_s = 60;  // bounds each encoder call
+  // What a prefill server gets of each encoded image (--prefill-images). false ("full"): the
+  // image itself, which it decodes to check the items' mm_hash and can encode when a pull
+  // fails (--ec-fallback-local). true ("ref"): only an ec://MM_HASH reference, as the decode
+  // server always gets: no image bytes to receive, parse and decode on P's core, but a failed
+  // pull fails the request (502).
+  bool prefill_image_refs = false;
   // Images remembered for encoder affinity (the same image goes to the same encoder).
   size_t max_encoder_affinity_entries = 10'000;
   double request_timeout_s = 600;  // bounds a whole request, first byte to last

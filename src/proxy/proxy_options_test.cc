@@ -73,6 +73,11 @@ TEST(ProxyArgsTest, EncodersAndColocatedPrefillDecodeServers) {
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
   const ProxyOptions& o = parsed->options;
   ASSERT_EQ(o.encoders.size(), 2u);
+  EXPECT_FALSE(o.prefill_image_refs);
+  auto refs = parse_proxy_args({"--encode", "http://e1:8030", "--prefill", "http://p:8010",
+                                "--decode", "http://d:8020", "--prefill-images", "ref"});
+  ASSERT_TRUE(refs.is_ok()) << refs.status().to_string();
+  EXPECT_TRUE(refs->options.prefill_image_refs);
   EXPECT_EQ(o.encoders[0].url, "http://e1:8030");
   EXPECT_EQ(o.encoders[1].host, "e2");
   EXPECT_DOUBLE_EQ(o.encode_timeout_s, 5);
@@ -126,6 +131,7 @@ TEST(ProxyArgsTest, UsageErrorsSayWhatIsWrong) {
            {{"--prefill"}, "needs a value"},
            {{"--prefill", p, "--decode", d, "--encode", "e:1"}, "e:1"},
            {{"--prefill", p, "--decode", d, "--encode-timeout-s", "0"}, "--encode-timeout-s"},
+           {{"--prefill", p, "--decode", d, "--prefill-images", "none"}, "'full' or 'ref'"},
            {{"--pd", "http://pd:1", "--decode", d}, "--pd"},
            {{"--pd", "http://pd:1", "--prefill", p}, "--pd"},
            {{"--encode", "http://e:1"}, "--prefill"},

@@ -1,5 +1,8 @@
 #include "proxy/proxy_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -112,6 +115,9 @@ ProxyServer::ProxyServer(ProxyOptions options)
   UpstreamClientOptions upstream;
   upstream.num_io_threads = std::max(1, options_.num_io_threads);
   upstream_ = std::make_unique<UpstreamClient>(upstream);
+  body_workers_ = std::make_unique<TaskQueue>(1);
+  // Bulk work: on a shared core, the threads relaying tokens go first.
+  body_workers_->post([] { ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10); });
 }
 
 Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
@@ -189,6 +195,13 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
       // Decided before `request` is moved: `path` refers into it.
       ApiEndpoint endpoint =
           path == "/v1/completions" ? ApiEndpoint::kCompletions : ApiEndpoint::kChatCompletions;
+      if (request.body.size() >= kLargeBodyBytes) {
+        auto shared = std::make_shared<Request>(std::move(request));
+        body_workers_->post([this, endpoint, shared, writer] {
+          handle_completion(endpoint, std::move(*shared), writer);
+        });
+        return;
+      }
       handle_completion(endpoint, std::move(request), writer);
     }
   } else if (path == "/v1/models") {
@@ -283,7 +296,15 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
   plan.router = &encoder_router_;
   plan.on_failed = [this, id = completion.request_id] { release_request_id(id); };
   auto shared = std::make_shared<Completion>(std::move(completion));
-  plan.on_encoded = [this, shared, writer](Json items) { dispatch(*shared, &items, writer); };
+  // Called on an upstream I/O thread: a large body's rewrite goes to the body workers.
+  plan.on_encoded = [this, shared, writer](Json items) {
+    if (shared->raw_body.size() < kLargeBodyBytes) {
+      return dispatch(*shared, &items, writer);
+    }
+    auto shared_items = std::make_shared<Json>(std::move(items));
+    body_workers_->post(
+        [this, shared, shared_items, writer] { dispatch(*shared, shared_items.get(), writer); });
+  };
   start_encoder_stage(std::move(plan), upstream_.get(), &metrics_, writer);
 }
 
@@ -321,10 +342,17 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
-    // and grid (its positions and prefix-cache keys) without decoding the image itself.
+    // and grid (its positions and prefix-cache keys), and no pixels to parse or decode; P gets
+    // the images too unless --prefill-images ref.
     Json with_items = completion.body;
     with_items["ec_transfer_params"] = Json{{"items", *ec_items}};
-    plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    if (!options_.prefill_image_refs) {
+      plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    }
+    replace_image_urls_with_ec_refs(with_items, *ec_items);
+    if (options_.prefill_image_refs) {
+      plan.prefill_request.body = prefill_body(with_items, transfer_id);
+    }
     decode = decode_body(with_items, transfer_id, pick.source);
   } else {
     plan.prefill_request.body = prefill_body(completion.body, transfer_id);

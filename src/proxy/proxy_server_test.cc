@@ -668,6 +668,8 @@ TEST_F(ProxyTest, NumberOverflowIs400AndTheProxyKeepsServing) {
     ASSERT_TRUE(ok.is_ok());
     EXPECT_EQ(ok->status, 200) << ok->body;
   }
+  // P's half may be recorded after D's answer reached the client.
+  EXPECT_TRUE(prefills_[0]->server.wait_for_requests("/v1/completions", 2, kWaitMs));
   EXPECT_EQ(prefills_[0]->server.requests_to("/v1/completions").size(), 2u);
   EXPECT_TRUE(prefills_[0]->server.requests_to("/v1/chat/completions").empty());
 }
@@ -879,12 +881,23 @@ TEST_F(ProxyTest, EpdEncodesImagesInParallelAndGivesPrefillTheMergedItemsInOrder
   EXPECT_EQ(p_body["kv_transfer_params"]["transfer_id"], "xfer-epd-1");
   EXPECT_EQ(p_body["messages"], client["messages"]);
 
-  // D: today's decode body plus the same items (for each image's mm_hash and grid).
+  // D: today's decode body plus the same items (for each image's mm_hash and grid), and each
+  // image's url replaced by a reference to its item: no pixels.
   auto d = decodes_[0]->requests_to(kChat);
   ASSERT_EQ(d.size(), 1u);
   Json d_body = parse(d[0].body);
   EXPECT_EQ(d_body["ec_transfer_params"], Json({{"items", expected_items}})) << d[0].body;
   Json expected_d = client;
+  Json& d_parts = expected_d["messages"][0]["content"];
+  for (size_t i = 0; i < urls.size(); ++i) {
+    Json& image = d_parts[i + 1]["image_url"];
+    const std::string ref = "ec://" + testing::fake_mm_hash(urls[i]);
+    if (image.is_string()) {
+      image = ref;
+    } else {
+      image["url"] = ref;
+    }
+  }
   expected_d["ec_transfer_params"] = Json({{"items", expected_items}});
   expected_d["kv_transfer_params"] =
       Json{{"do_remote_decode", false},
@@ -1103,6 +1116,53 @@ TEST_F(ProxyTest, EpdRepeatedImageGoesToTheEncoderThatHadIt) {
   EXPECT_EQ(encoders_of["http://i/c.png"], std::set<size_t>{2});
   EXPECT_EQ(encoders_of["http://i/d.png"], std::set<size_t>{0});
   EXPECT_NE(metrics().find("crescent_proxy_encoder_affinity_total 3"), std::string::npos);
+}
+
+TEST_F(ProxyTest, EpdLargeBodiesAreHandledOffTheIoThreadsAndArriveIntact) {
+  add_encoders(1);
+  start({1}, 1);
+  // Over the 256 KiB at which parsing and rewriting move to the proxy's body worker.
+  const std::string big = "data:image/png;base64," + std::string(400 << 10, 'Q');
+  const std::vector<std::string> urls = {big, "http://i/small.png"};
+  auto result = stream(kChat, chat_with_images(urls, /*stream=*/true), {{"X-Request-Id", "big"}});
+  ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
+  EXPECT_EQ(result.http_status, 200) << result.body;
+  ASSERT_FALSE(result.events.empty());
+  EXPECT_EQ(result.events.back(), "[DONE]");
+  std::set<std::string> encoded;
+  for (const auto& r : encoders_[0]->requests_to(kChat)) {
+    encoded.insert(image_url_of_encoder_request(r));
+  }
+  EXPECT_EQ(encoded, (std::set<std::string>{big, urls[1]}));
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  auto p = prefills_[0]->server.requests_to(kChat);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(parse(p[0].body)["messages"][0]["content"][1]["image_url"]["url"], big);
+  auto d = decodes_[0]->requests_to(kChat);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_LT(d[0].body.size(), 4096u) << "D got pixels";
+  // A large text-only body takes the same worker.
+  auto text = post("/v1/completions",
+                   Json{{"prompt", std::string(300 << 10, 'x')}, {"max_tokens", 2}}.dump());
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(text->status, 200) << text->body;
+}
+
+TEST_F(ProxyTest, EpdPrefillImagesRefSendsPrefillReferencesOnly) {
+  add_encoders(1);
+  start({1}, 1, /*wait_ready=*/true, [](ProxyOptions& o) { o.prefill_image_refs = true; });
+  const std::vector<std::string> urls = {"data:image/png;base64,aW1nMA==", "http://i/b.png"};
+  auto r = post(kChat, chat_with_images(urls));
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests(kChat, 1, kWaitMs));
+  for (const auto& body :
+       {prefills_[0]->server.requests_to(kChat)[0].body, decodes_[0]->requests_to(kChat)[0].body}) {
+    Json parts = parse(body)["messages"][0]["content"];
+    EXPECT_EQ(parts[1]["image_url"]["url"], "ec://" + testing::fake_mm_hash(urls[0])) << body;
+    EXPECT_EQ(parts[2]["image_url"], "ec://" + testing::fake_mm_hash(urls[1])) << body;
+    EXPECT_EQ(parse(body)["ec_transfer_params"]["items"].size(), 2u) << body;
+  }
 }
 
 TEST_F(ProxyTest, EpdWithColocatedPrefillDecodeServers) {

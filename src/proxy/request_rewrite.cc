@@ -1,5 +1,8 @@
 #include "proxy/request_rewrite.h"
 
+#include <string>
+#include <vector>
+
 #include "core/ids.h"
 #include "core/json.h"
 
@@ -66,6 +69,66 @@ std::string decode_body(const Json& client_body, std::string_view transfer_id,
                                  {"remote_engine_id", source.engine_id},
                                  {"transfer_id", transfer_id}};
   return dump(j);
+}
+
+namespace {
+
+// Every image_url part's url string of a chat body (either form), in message and part order.
+std::vector<Json*> image_urls_of(Json& body) {
+  std::vector<Json*> urls;
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array()) {
+    return urls;
+  }
+  for (Json& message : *messages) {
+    auto content = message.is_object() ? message.find("content") : message.end();
+    if (!message.is_object() || content == message.end() || !content->is_array()) {
+      continue;
+    }
+    for (Json& part : *content) {
+      if (!part.is_object() || part.value("type", "") != "image_url") {
+        continue;
+      }
+      auto image = part.find("image_url");
+      if (image != part.end() && image->is_string()) {
+        urls.push_back(&*image);  // the short form: "image_url": "URL"
+        continue;
+      }
+      if (image == part.end() || !image->is_object()) {
+        continue;
+      }
+      auto url = image->find("url");
+      if (url != image->end() && url->is_string()) {
+        urls.push_back(&*url);
+      }
+    }
+  }
+  return urls;
+}
+
+}  // namespace
+
+bool replace_image_urls_with_ec_refs(Json& body, const Json& items) {
+  if (!body.is_object() || !items.is_array()) {
+    return false;
+  }
+  std::vector<Json*> urls = image_urls_of(body);
+  if (urls.empty() || urls.size() != items.size()) {
+    return false;
+  }
+  std::vector<std::string> refs;
+  refs.reserve(items.size());
+  for (const Json& item : items) {
+    auto hash = item.is_object() ? item.find("mm_hash") : item.end();
+    if (!item.is_object() || hash == item.end() || !hash->is_string()) {
+      return false;
+    }
+    refs.push_back(std::string(kEcImageUrlScheme) + hash->get<std::string>());
+  }
+  for (size_t i = 0; i < urls.size(); ++i) {
+    *urls[i] = std::move(refs[i]);
+  }
+  return true;
 }
 
 net::http::Headers prefill_headers(std::string_view request_id, int dp_rank,

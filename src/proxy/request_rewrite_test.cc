@@ -54,6 +54,37 @@ TEST(RequestRewriteTest, RefusesBodiesThatAreNotObjects) {
   }
 }
 
+TEST(RequestRewriteTest, DecodeGetsEcRefsInsteadOfPixels) {
+  auto body = parse_client_body(
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[)"
+      R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"auto"}},)"
+      R"({"type":"text","text":"and"},{"type":"image_url","image_url":"file:///b.png"}]},)"
+      R"({"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,CC"}}]}]})");
+  ASSERT_TRUE(body.is_ok());
+  const Json items =
+      Json::parse(R"([{"mm_hash":"h1","grid":[1,2,2]},{"mm_hash":"h2"},{"mm_hash":"h3"}])");
+  Json rewritten = *body;
+  ASSERT_TRUE(replace_image_urls_with_ec_refs(rewritten, items));
+  EXPECT_EQ(rewritten.dump(),
+            R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[)"
+            R"({"type":"image_url","image_url":{"url":"ec://h1","detail":"auto"}},)"
+            R"({"type":"text","text":"and"},{"type":"image_url","image_url":"ec://h2"}]},)"
+            R"({"role":"user","content":[{"type":"image_url","image_url":{"url":"ec://h3"}}]}]})");
+  // Anything that does not pair each image with one item leaves the body as it was.
+  for (const char* bad :
+       {R"([{"mm_hash":"h1"},{"mm_hash":"h2"}])",
+        R"([{"mm_hash":"h1"},{"mm_hash":"h2"},{"mm_hash":"h3"},{"mm_hash":"h4"}])",
+        R"([{"mm_hash":"h1"},{"mm_hash":2},{"mm_hash":"h3"}])",
+        R"([{"mm_hash":"h1"},"h2",{"mm_hash":"h3"}])", R"({"mm_hash":"h1"})"}) {
+    Json unchanged = *body;
+    EXPECT_FALSE(replace_image_urls_with_ec_refs(unchanged, Json::parse(bad))) << bad;
+    EXPECT_EQ(unchanged, *body) << bad;
+  }
+  auto text_only = parse_client_body(R"({"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(text_only.is_ok());
+  EXPECT_FALSE(replace_image_urls_with_ec_refs(*text_only, Json::array()));
+}
+
 TEST(RequestRewriteTest, RequestIdFromHeaderOrFresh) {
   net::http::Request request;
   auto id = request_id_for(request);

@@ -105,9 +105,9 @@ Status EcImagePuller::pull(std::vector<PreparedImage>& images, const std::vector
 
 void EcImagePuller::render_metrics(const std::string& model_name, std::string* out) const {
   const std::string label = "{model_name=\"" + model_name + "\"}";
+  prometheus::SampleWriter w(out, "", label);
   auto counter = [&](const std::string& name, const char* help, double v) {
-    prometheus::append_header(out, name, "counter", help);
-    prometheus::append_sample(out, name + label, v);
+    w.counter(name, help, v);
   };
   counter("crescent_ec_images_pulled_total",
           "Images whose embeddings were pulled from an encoder worker instead of encoded here.",

@@ -103,9 +103,9 @@ EncodeHandler::Reply EncodeHandler::encode(const std::vector<PreparedImage>& ima
 
 void EncodeHandler::render_metrics(const std::string& model_name, std::string* out) const {
   const std::string label = "{model_name=\"" + model_name + "\"}";
+  prometheus::SampleWriter w(out, "", label);
   auto counter = [&](const std::string& name, const char* help, double v) {
-    prometheus::append_header(out, name, "counter", help);
-    prometheus::append_sample(out, name + label, v);
+    w.counter(name, help, v);
   };
   counter("crescent_encoder_images_total", "Images run through the vision encoder.",
           static_cast<double>(num_images_encoded_total_.load()));

@@ -530,6 +530,13 @@ Result<std::vector<uint8_t>> fetch_image_bytes(std::string_view url,
     }
     return fetch_http_url(url, options);
   }
+  if (starts_with_nocase(url, "ec://")) {
+    return invalid_argument(
+        "image URL '" + clip(url) +
+        "' names an encoder output, not an image: crescent's proxy sends such URLs to decode "
+        "servers together with ec_transfer_params items that give each image's mm_hash and "
+        "grid; this request's items are missing or do not describe its images");
+  }
   return invalid_argument("unsupported image URL '" + clip(url) +
                           "': use a data:image/...;base64 URL, file:// or http(s)://");
 }

@@ -324,6 +324,7 @@ TEST(ImageInputsTest, RemoteUrlsNeedTheFlag) {
   EXPECT_TRUE(has(fetch("ftp://example.com/cat.png", remote_options()), "unsupported image URL"));
   EXPECT_TRUE(has(fetch("cat.png"), "unsupported image URL"));
   EXPECT_TRUE(has(fetch(""), "unsupported image URL"));
+  EXPECT_TRUE(has(fetch("ec://0123abcd"), "names an encoder output"));
 }
 
 TEST(ImageInputsTest, RemoteFetch) {

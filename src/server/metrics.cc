@@ -10,6 +10,8 @@ ServerMetrics::ServerMetrics()
              1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
       tpot_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
              10.0, 20.0, 40.0, 80.0}),
+      itl_({0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
+            0.3,   0.4,   0.5,   0.75,  1.0,    2.5,  5.0,   7.5,  10.0,  20.0, 40.0, 80.0}),
       e2e_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
@@ -26,6 +28,11 @@ void ServerMetrics::observe_finished(const std::string& finish_reason, double tt
   }
 }
 
+void ServerMetrics::observe_inter_token(double gap_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.observe(gap_s);
+}
+
 void ServerMetrics::observe_http_request(int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++http_by_status_[status];
@@ -35,13 +42,10 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
                                   int num_in_flight) const {
   std::string out;
   std::string label = "{model_name=\"" + model_name + "\"}";
-  auto gauge = [&](const std::string& name, const char* help, double v) {
-    append_header(&out, name, "gauge", help);
-    out += name + label + " " + format_number(v) + "\n";
-  };
+  prometheus::SampleWriter w(&out, "", label);
+  auto gauge = [&](const std::string& name, const char* help, double v) { w.gauge(name, help, v); };
   auto counter = [&](const std::string& name, const char* help, double v) {
-    append_header(&out, name, "counter", help);
-    out += name + label + " " + format_number(v) + "\n";
+    w.counter(name, help, v);
   };
   gauge("crescent_num_requests_running", "Requests the engine is running.", engine.num_running);
   gauge("crescent_num_requests_waiting", "Requests waiting to be scheduled.", engine.num_waiting);
@@ -110,6 +114,10 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
   append_header(&out, "crescent_time_per_output_token_seconds", "histogram",
                 "Mean time between output tokens, per request.");
   tpot_.render("crescent_time_per_output_token_seconds", &out);
+  append_header(&out, "crescent_inter_token_latency_seconds", "histogram",
+                "Time between two consecutive token-carrying outputs of a request, as the server "
+                "hands them to the client.");
+  itl_.render("crescent_inter_token_latency_seconds", &out);
   append_header(&out, "crescent_e2e_request_latency_seconds", "histogram",
                 "Time from arrival to the last output token.");
   e2e_.render("crescent_e2e_request_latency_seconds", &out);

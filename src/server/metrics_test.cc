@@ -23,6 +23,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   ServerMetrics m;
   m.observe_finished("length", 0.01, 0.1, 10);
   m.observe_http_request(200);
+  m.observe_inter_token(0.0025);
+  m.observe_inter_token(0.004);
   EngineMetrics e;
   e.num_running = 2;
   e.num_blocks_total = 100;
@@ -33,7 +35,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
         "crescent_kv_cache_usage_ratio", "crescent_prefix_cache_queries_total",
         "crescent_prefix_cache_hits_total", "crescent_prompt_tokens_total",
         "crescent_generation_tokens_total", "crescent_time_to_first_token_seconds",
-        "crescent_time_per_output_token_seconds", "crescent_e2e_request_latency_seconds"}) {
+        "crescent_time_per_output_token_seconds", "crescent_e2e_request_latency_seconds",
+        "crescent_inter_token_latency_seconds"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + name), std::string::npos) << name;
   }
   EXPECT_NE(text.find("crescent_kv_cache_usage_ratio{model_name=\"tiny\"} 0.25\n"),
@@ -43,6 +46,12 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
           "crescent_request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1\n"),
       std::string::npos);
   EXPECT_NE(text.find("crescent_time_per_output_token_seconds_count 1\n"), std::string::npos);
+  // Millisecond buckets: a 2.5 ms gap is above 2 ms and within 3 ms.
+  EXPECT_NE(text.find("crescent_inter_token_latency_seconds_bucket{le=\"0.002\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("crescent_inter_token_latency_seconds_bucket{le=\"0.003\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("crescent_inter_token_latency_seconds_count 2\n"), std::string::npos);
   EXPECT_NE(text.find("crescent_kv_cache_blocks{model_name=\"tiny\"} 100\n"), std::string::npos);
   // Every sample line is "name{labels} value" or "name value"; as promtool checks, "_total"
   // ends a counter's name and no other's.

@@ -24,7 +24,8 @@ Result<std::shared_ptr<const MultimodalProcessor>> MultimodalProcessor::create(
       new MultimodalProcessor(processor, image_token_id, std::move(options)));
 }
 
-Result<PreparedImage> MultimodalProcessor::prepare_one(const ImageRef& image) const {
+Result<PreparedImage> MultimodalProcessor::prepare_one(const ImageRef& image,
+                                                       PixelValues when) const {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, fetch_image_bytes(image.url, options_.fetch));
   media::DecodeOptions decode_options;
   decode_options.max_pixels = options_.max_image_pixels;
@@ -32,28 +33,55 @@ Result<PreparedImage> MultimodalProcessor::prepare_one(const ImageRef& image) co
   const int merge = processor_.merge_size;
   PreparedImage out;
   out.mm_hash = media::image_hash(rgb, processor_);
-  if (!options_.needs_pixel_values) {
+  if (!options_.needs_pixel_values || when == PixelValues::kDeferred) {
     ASSIGN_OR_RETURN(media::PatchGrid grid, media::patch_grid(rgb.height, rgb.width, processor_));
     out.llm_grid_t = grid.grid_t;
     out.llm_grid_h = grid.grid_h / merge;
     out.llm_grid_w = grid.grid_w / merge;
+    if (options_.needs_pixel_values) {
+      out.deferred_rgb = std::make_shared<const media::RgbImage>(std::move(rgb));
+    }
     return out;
   }
+  RETURN_IF_ERROR(fill_pixel_values(rgb, &out));
+  return out;
+}
+
+Status MultimodalProcessor::fill_pixel_values(const media::RgbImage& rgb,
+                                              PreparedImage* out) const {
+  const int merge = processor_.merge_size;
   ASSIGN_OR_RETURN(media::PixelPatches patches, media::preprocess_image(rgb, processor_));
-  out.llm_grid_t = patches.grid_t;
-  out.llm_grid_h = patches.grid_h / merge;
-  out.llm_grid_w = patches.grid_w / merge;
+  out->llm_grid_t = patches.grid_t;
+  out->llm_grid_h = patches.grid_h / merge;
+  out->llm_grid_w = patches.grid_w / merge;
   auto input = std::make_shared<engine::EncoderInput>();
   input->grid_t = patches.grid_t;
   input->grid_h = patches.grid_h;
   input->grid_w = patches.grid_w;
   input->pixel_values = std::move(patches.values);
-  out.input = std::move(input);
-  return out;
+  out->input = std::move(input);
+  return Status::ok();
 }
 
-Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(
-    const std::vector<ImageRef>& images) const {
+Status MultimodalProcessor::make_pixel_values(std::vector<PreparedImage>& images) const {
+  for (size_t i = 0; i < images.size(); ++i) {
+    PreparedImage& image = images[i];
+    std::shared_ptr<const media::RgbImage> rgb = std::move(image.deferred_rgb);
+    image.deferred_rgb = nullptr;
+    if (rgb == nullptr || image.embeddings != nullptr || image.input != nullptr) {
+      continue;
+    }
+    Status made = fill_pixel_values(*rgb, &image);
+    if (!made.is_ok()) {
+      return Status(made.code(), "image " + std::to_string(i + 1) + " of " +
+                                     std::to_string(images.size()) + ": " + made.message());
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(const std::vector<ImageRef>& images,
+                                                                PixelValues when) const {
   if (static_cast<int>(images.size()) > options_.max_images_per_prompt) {
     return invalid_argument("the request has " + std::to_string(images.size()) +
                             " images, more than this server's limit of " +
@@ -63,7 +91,7 @@ Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(
   std::vector<PreparedImage> out;
   out.reserve(images.size());
   for (size_t i = 0; i < images.size(); ++i) {
-    Result<PreparedImage> one = prepare_one(images[i]);
+    Result<PreparedImage> one = prepare_one(images[i], when);
     if (!one.is_ok()) {
       return Status(one.status().code(), "image " + std::to_string(i + 1) + " of " +
                                              std::to_string(images.size()) + ": " +
@@ -76,7 +104,15 @@ Result<std::vector<PreparedImage>> MultimodalProcessor::prepare(
 
 std::optional<std::vector<PreparedImage>> MultimodalProcessor::prepared_from_ec_params(
     const nlohmann::json& ec_transfer_params, size_t num_images) const {
-  if (options_.needs_pixel_values || !ec_transfer_params.is_object()) {
+  if (options_.needs_pixel_values) {
+    return std::nullopt;
+  }
+  return described_by_ec_params(ec_transfer_params, num_images);
+}
+
+std::optional<std::vector<PreparedImage>> MultimodalProcessor::described_by_ec_params(
+    const nlohmann::json& ec_transfer_params, size_t num_images) const {
+  if (!ec_transfer_params.is_object()) {
     return std::nullopt;
   }
   auto items = ec_transfer_params.find("items");

@@ -34,6 +34,9 @@ struct PreparedImage {
   // Set when the embeddings were pulled from an encoder worker (EPD): the engine then does not
   // encode the image; input is dropped.
   std::shared_ptr<const std::vector<float>> embeddings;
+  // Decoded, with its pixel values deferred (prepare(..., kDeferred)): make_pixel_values()
+  // makes them if no pulled embeddings arrive.
+  std::shared_ptr<const media::RgbImage> deferred_rgb;
   std::string mm_hash;
   int llm_grid_t = 0;
   int llm_grid_h = 0;
@@ -53,15 +56,28 @@ class MultimodalProcessor {
   const media::ImageProcessorConfig& processor() const { return processor_; }
   int32_t image_token_id() const { return image_token_id_; }
 
+  // kDeferred: the caller expects each image's embeddings from an encoder worker (EPD), so the
+  // resize and patch flattening wait for make_pixel_values(); the image is still fetched,
+  // decoded and hashed here (its mm_hash is what matches it to the encoder's output) and its
+  // grid checked.
+  enum class PixelValues { kNow, kDeferred };
   // Fetches, decodes and preprocesses every image. InvalidArgument (DeadlineExceeded for a
   // remote fetch past its time) naming the image by its position in the request.
-  Result<std::vector<PreparedImage>> prepare(const std::vector<ImageRef>& images) const;
+  Result<std::vector<PreparedImage>> prepare(const std::vector<ImageRef>& images,
+                                             PixelValues when = PixelValues::kNow) const;
+  // The pixel values of every image that kDeferred left without them and that has no
+  // embeddings now (the pull failed or had no item for it); drops the decoded images.
+  Status make_pixel_values(std::vector<PreparedImage>& images) const;
   // A server that needs no pixel values (--role decode): the images' mm_hash and grid taken
   // from ec_transfer_params, one item per image in order ({"mm_hash", "grid": [t, h, w]} with
   // t * h * w = shape[0]), as the proxy sends them, so no image is fetched or decoded.
   // nullopt when this server needs pixels or the items do not fit exactly (the caller then
   // prepares the images itself).
   std::optional<std::vector<PreparedImage>> prepared_from_ec_params(
+      const nlohmann::json& ec_transfer_params, size_t num_images) const;
+  // The same for a prefill server whose request names its images only by ec:// references
+  // (no pixels): the items are all it has, whatever it could encode.
+  std::optional<std::vector<PreparedImage>> described_by_ec_params(
       const nlohmann::json& ec_transfer_params, size_t num_images) const;
   // prompt holds exactly one image_token_id per image (in order), as the chat template renders
   // it: each becomes the image's num_tokens() placeholders. Returns the engine's items.
@@ -72,7 +88,8 @@ class MultimodalProcessor {
   MultimodalProcessor(media::ImageProcessorConfig processor, int32_t image_token_id,
                       MultimodalOptions options)
       : processor_(processor), image_token_id_(image_token_id), options_(std::move(options)) {}
-  Result<PreparedImage> prepare_one(const ImageRef& image) const;
+  Result<PreparedImage> prepare_one(const ImageRef& image, PixelValues when) const;
+  Status fill_pixel_values(const media::RgbImage& rgb, PreparedImage* out) const;
 
   media::ImageProcessorConfig processor_;
   int32_t image_token_id_;

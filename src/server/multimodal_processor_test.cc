@@ -51,6 +51,37 @@ TEST(MultimodalProcessorTest, WithoutPixelValuesTheHashAndGridAreTheSame) {
   EXPECT_EQ((*light)[0].llm_grid_w, (*full)[0].llm_grid_w);
 }
 
+TEST(MultimodalProcessorTest, DeferredPixelValuesAreMadeOnlyForImagesWithoutEmbeddings) {
+  std::vector<ImageRef> images(3);
+  images[0].url = png_data_url(200, 120);
+  images[1].url = png_data_url(64, 90);
+  images[2].url = images[0].url;
+  auto processor = make(true);
+  auto now = processor->prepare(images);
+  auto deferred = processor->prepare(images, MultimodalProcessor::PixelValues::kDeferred);
+  ASSERT_TRUE(now.is_ok()) << now.status().to_string();
+  ASSERT_TRUE(deferred.is_ok()) << deferred.status().to_string();
+  for (size_t i = 0; i < images.size(); ++i) {
+    const PreparedImage& d = (*deferred)[i];
+    EXPECT_EQ(d.input, nullptr) << i;
+    EXPECT_NE(d.deferred_rgb, nullptr) << i;
+    EXPECT_EQ(d.mm_hash, (*now)[i].mm_hash) << i;
+    EXPECT_EQ(d.num_tokens(), (*now)[i].num_tokens()) << i;
+  }
+  // Image 0 got its embeddings (pulled); 1 and 2 did not: they get the pixel values kNow gives.
+  (*deferred)[0].embeddings = std::make_shared<const std::vector<float>>(8, 1.0f);
+  ASSERT_TRUE(processor->make_pixel_values(*deferred).is_ok());
+  EXPECT_EQ((*deferred)[0].input, nullptr);
+  for (size_t i : {1u, 2u}) {
+    ASSERT_NE((*deferred)[i].input, nullptr) << i;
+    EXPECT_EQ((*deferred)[i].input->pixel_values, (*now)[i].input->pixel_values) << i;
+    EXPECT_EQ((*deferred)[i].input->grid_h, (*now)[i].input->grid_h) << i;
+  }
+  for (const PreparedImage& image : *deferred) {
+    EXPECT_EQ(image.deferred_rgb, nullptr);
+  }
+}
+
 TEST(MultimodalProcessorTest, DecodeServersTakeHashAndGridFromFittingItemsOnly) {
   auto decode = make(false);
   const json item = {{"mm_hash", "abc"}, {"grid", {1, 4, 7}}, {"shape", {28, 64}}};

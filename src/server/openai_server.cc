@@ -129,6 +129,7 @@ struct OpenAiServer::Call {
   int64_t created = 0;
   int64_t arrival_ns = 0;
   int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;  // of the latest output that carried tokens
   std::shared_ptr<ResponseWriter> writer;
   EngineClient* engine = nullptr;
   // Non-streamed: accumulated output. Streamed: text_offset for completions logprobs.
@@ -278,6 +279,19 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
   handle_generation(std::move(request), std::move(writer), chat);
 }
 
+namespace {
+
+bool all_images_are_ec_refs(const std::vector<ImageRef>& images) {
+  for (const ImageRef& image : images) {
+    if (!image.url.starts_with("ec://")) {
+      return false;
+    }
+  }
+  return !images.empty();
+}
+
+}  // namespace
+
 void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWriter> writer,
                                      bool chat) {
   // Until ec_transfer_params is parsed below, a refusal also ends the encoder reservations the
@@ -358,9 +372,47 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     return start_generation(request, std::move(writer), std::move(call), chat,
                             std::move(*from_params));
   }
+  // A prefill server whose images come as ec:// references only (the proxy's
+  // --prefill-images ref): the items describe them, and a failed pull cannot fall back.
+  std::optional<std::vector<PreparedImage>> described;
+  if (!ec_items.empty() && all_images_are_ec_refs(req.images)) {
+    described = multimodal_->described_by_ec_params(*req.ec_transfer_params, req.images.size());
+  }
+  if (described) {
+    num_images_from_ec_params_total_.fetch_add(static_cast<int64_t>(described->size()));
+    media_workers_->post([this, shared_request = std::make_shared<Request>(std::move(request)),
+                          writer, call, chat, ec_items = std::move(ec_items),
+                          images = std::move(*described)]() mutable {
+      Status pulled = ec_puller_->pull(images, ec_items);
+      if (pulled.is_ok()) {
+        for (const PreparedImage& image : images) {
+          if (image.embeddings == nullptr) {
+            pulled = unavailable(
+                "image " + image.mm_hash.substr(0, 16) +
+                ": its encoder output could not be pulled and the request names it only by an "
+                "ec:// reference, so it cannot be encoded here");
+            break;
+          }
+        }
+      }
+      if (!pulled.is_ok()) {
+        const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
+        send_json(
+            *writer, timed_out ? 504 : 502,
+            dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
+                                            timed_out ? "timeout_error" : "upstream_error"))));
+        return;
+      }
+      start_generation(*shared_request, writer, call, chat, std::move(images));
+    });
+    return;
+  }
   auto shared_request = std::make_shared<Request>(std::move(request));
   media_workers_->post([this, shared_request, writer, call, chat, ec_items = std::move(ec_items)] {
-    auto prepared = multimodal_->prepare(call->request.images);
+    // With items to pull, the resize and patch flattening wait until a pull has failed.
+    auto prepared = multimodal_->prepare(
+        call->request.images, ec_items.empty() ? MultimodalProcessor::PixelValues::kNow
+                                               : MultimodalProcessor::PixelValues::kDeferred);
     if (!prepared.is_ok()) {
       if (!ec_items.empty()) {
         ec_puller_->release(ec_items);
@@ -377,6 +429,11 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
             *writer, timed_out ? 504 : 502,
             dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
                                             timed_out ? "timeout_error" : "upstream_error"))));
+        return;
+      }
+      Status made = multimodal_->make_pixel_values(*prepared);
+      if (!made.is_ok()) {
+        send_json(*writer, 400, dump_json(error_json(bad_request(made.message(), "messages"))));
         return;
       }
     }
@@ -585,8 +642,14 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
   std::lock_guard<std::mutex> lock(call->mu);
   const GenerationRequest& req = call->request;
   bool chat = req.endpoint == Endpoint::kChat;
-  if (call->first_token_ns == 0 && !out.new_token_ids.empty()) {
-    call->first_token_ns = now_ns();
+  if (!out.new_token_ids.empty()) {
+    const int64_t t = now_ns();
+    if (call->first_token_ns == 0) {
+      call->first_token_ns = t;
+    } else {
+      metrics_.observe_inter_token(static_cast<double>(t - call->last_token_ns) * 1e-9);
+    }
+    call->last_token_ns = t;
   }
   // Observed before the final response is written, so /metrics read after it includes it.
   if (out.finished) {

@@ -113,6 +113,37 @@ case "$scenario" in
     fi
     check_nothing_left "$out"
     ;;
+  epd-short)
+    # scripts/demo.sh epd shortened: small images (224x224) so that sanitized builds encode them
+    # in time, a handful of prompts.
+    rc=0
+    env DEMO_SKIP_BUILD=1 CRESCENT_BIN="$crescent" DEMO_MODEL_DIR="$out_dir/vl-model" \
+      DEMO_LOG_DIR="$out_dir/logs" DEMO_CORES=2 DEMO_INPUT_LEN=16 DEMO_OUTPUT_LEN=8 \
+      DEMO_NUM_PROMPTS=4 DEMO_REQUEST_RATE=inf DEMO_STARTUP_TIMEOUT_S=120 \
+      DEMO_MM_BUCKETS='{(224, 224, 1): 1.0}' bash "$repo/scripts/demo.sh" epd \
+      > "$out_dir/output.txt" 2>&1 || rc=$?
+    cat "$out_dir/output.txt"
+    ((rc == 0)) || fail "the epd demo exited $rc"
+    out="$out_dir/output.txt"
+    [[ $(grep -c 'Serving Benchmark Result' "$out") == 2 ]] || fail "expected two benchmark reports"
+    [[ $(grep -c -E 'Failed requests: +0$' "$out") == 2 ]] || fail "expected no failed request"
+    expect_in "$out" '^ +1E1P1D +colocated +A/B$' "the side-by-side table's header"
+    expect_in "$out" '^1E1P1D vs colocated, one run each: ITL p99 ' "the verdict sentence"
+    expect_in "$out" 'images the prefill worker encoded itself: 0 ' "P pulled every image"
+    expect_in "$out" 'token gaps as the server wrote them .* on D, .* colocated' \
+      "D's own token gaps against colocated's"
+    expect_in "$out" 'P gets images as --prefill-images ref' "what runs"
+    run_dir=$(sed -n 's/^== logs, results and charts of this run: //p' "$out")
+    for f in bootstrap.log encode.log prefill.log decode.log proxy.log colocated.log epd.json \
+             colocated.json compare.txt verdict.txt; do
+      [[ -s "$run_dir/$f" ]] || fail "$run_dir/$f is missing or empty"
+    done
+    if grep -l -E 'ERROR: AddressSanitizer|WARNING: ThreadSanitizer|runtime error:|ERROR: LeakSanitizer' \
+         "$run_dir"/*.log; then
+      fail "a sanitizer report in the logs above"
+    fi
+    check_nothing_left "$out"
+    ;;
   process-dies)
     # A port held by this test (a bootstrap server on a free port): the decode server cannot
     # listen on it.
@@ -246,10 +277,14 @@ JSON
     ;;
   bad-knobs)
     # Checked before anything is built or started: a message naming the knob, exit 1.
-    check_knob() {  # check_knob PATTERN VAR=VALUE...
-      local pattern="$1" rc=0
+    check_knob() {  # check_knob PATTERN [MODE] VAR=VALUE...
+      local pattern="$1" rc=0 mode=()
       shift
-      env "${common_env[@]}" "$@" bash "$repo/scripts/demo.sh" > "$out_dir/output.txt" 2>&1 || rc=$?
+      if [[ "$1" != *=* ]]; then mode=("$1"); shift; fi
+      # The epd mode needs a VL model.
+      local vl=()
+      [[ "${mode[*]}" != epd ]] || vl=(DEMO_MODEL_PRESET=tiny-qwen2-vl DEMO_MODEL_DIR="$out_dir/vl-model")
+      env "${common_env[@]}" "${vl[@]}" "$@" bash "$repo/scripts/demo.sh" "${mode[@]}" > "$out_dir/output.txt" 2>&1 || rc=$?
       ((rc == 1)) || { cat "$out_dir/output.txt"; fail "$* gave exit $rc, not 1"; }
       expect_in "$out_dir/output.txt" "$pattern" "the message for $*"
       grep -q '(pid ' "$out_dir/output.txt" && fail "$* started processes"
@@ -259,6 +294,8 @@ JSON
     check_knob "DEMO_REQUEST_RATE must be a number of requests/s or inf, got 'fast'" DEMO_REQUEST_RATE=fast
     check_knob "DEMO_PROXY_PORT must be a port \\(0..65535\\), got '70000'" DEMO_PROXY_PORT=70000
     check_knob "must be positive" DEMO_OUTPUT_LEN=0
+    check_knob "DEMO_PREFILL_IMAGES must be full or ref, got 'some'" epd DEMO_PREFILL_IMAGES=some
+    check_knob "DEMO_E_NICE must be a niceness \\(-20..19\\) or idle, got 'low'" epd DEMO_E_NICE=low
     check_knob "is not an executable" CRESCENT_BIN=/nonexistent/crescent
     ;;
   *)

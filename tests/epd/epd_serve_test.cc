@@ -196,6 +196,46 @@ TEST_F(EpdServeTest, UsedOrUnmatchedParamsFallBackAndGarbageIsRefused) {
   }
 }
 
+// The proxy's --prefill-images ref: P gets "ec://MM_HASH" instead of each image, pulls the
+// encoder's outputs as always, and without pixels cannot fall back when a pull fails.
+TEST_F(EpdServeTest, EcReferencesInsteadOfImagesArePulledOrFailWithoutFallback) {
+  json body = chat_body(*images_, {"a", "c"});
+  Reply e = post(encoder_->port(), body);
+  ASSERT_EQ(e.status, 200) << e.body.dump();
+  Reply want = post(colocated_->port(), body);
+  json refs = body;
+  refs["ec_transfer_params"] = e.body["ec_transfer_params"];
+  json& parts = refs["messages"][0]["content"];
+  size_t image = 0;
+  for (json& part : parts) {
+    if (part["type"] == "image_url") {
+      part["image_url"]["url"] =
+          "ec://" + refs["ec_transfer_params"]["items"][image++]["mm_hash"].get<std::string>();
+    }
+  }
+  ASSERT_EQ(image, 2u);
+  const double encoded_before = metric(prefill_->port(), "crescent_encoder_images_total");
+  const double pulled_before = metric(prefill_->port(), "crescent_ec_images_pulled_total");
+  expect_same_answer(post(prefill_->port(), refs), want, "ec:// references");
+  EXPECT_EQ(metric(prefill_->port(), "crescent_ec_images_pulled_total") - pulled_before, 2);
+  EXPECT_EQ(metric(prefill_->port(), "crescent_encoder_images_total"), encoded_before);
+
+  // Released and without stamps, the pull fails; there are no pixels to encode instead.
+  for (json& item : refs["ec_transfer_params"]["items"]) {
+    item.erase("stamp");
+  }
+  Reply failed = post(prefill_->port(), refs);
+  EXPECT_EQ(failed.status, 502) << failed.body.dump();
+  EXPECT_NE(failed.body.dump().find("ec://"), std::string::npos) << failed.body.dump();
+  // References without items are no images at all.
+  refs.erase("ec_transfer_params");
+  Reply bare = post(prefill_->port(), refs);
+  EXPECT_EQ(bare.status, 400) << bare.body.dump();
+  EXPECT_NE(bare.body.dump().find("names an encoder output"), std::string::npos)
+      << bare.body.dump();
+  EXPECT_EQ(metric(encoder_->port(), "crescent_ec_producer_reservations"), 0);
+}
+
 TEST_F(EpdServeTest, ExpiredParamsFallBackOrFailWithoutFallback) {
   ServeProcess quick(model_args({"--role", "encode", "--ec-reservation-timeout-s", "0.2"}));
   ServeProcess strict(model_args({"--role", "both", "--no-ec-fallback-local"}));

@@ -286,6 +286,8 @@ TEST_F(ServeTest, MetricsParseAndPassPromtool) {
   EXPECT_GE(m["crescent_time_to_first_token_seconds_count"], 1);
   EXPECT_GE(m["crescent_e2e_request_latency_seconds_count"], 1);
   EXPECT_GE(m["crescent_time_per_output_token_seconds_count"], 1);
+  // 4 tokens, one per engine step: 3 gaps between them.
+  EXPECT_EQ(m["crescent_inter_token_latency_seconds_count"], 3);
   EXPECT_TRUE(m.count("crescent_prefix_cache_queries_total{model_name=\"tiny\"}"));
   EXPECT_TRUE(m.count("crescent_prefix_cache_hits_total{model_name=\"tiny\"}"));
   // scripts/setup.sh extracts Debian's promtool there; its absence is a broken setup, not a
