@@ -37,8 +37,10 @@ int run_make_model(const std::vector<std::string>& args) {
   flags.add("out", &out, "output directory (created if needed)");
   flags.add("dtype", &dtype, "safetensors dtype: bf16, f16 or f32");
   flags.add("gguf-type", &gguf_type,
-            "GGUF dtype of 2-D tensors (model.gguf and mmproj.gguf): bf16, f16, f32 or q8_0 "
-            "(default: same as --dtype)");
+            "GGUF type of 2-D tensors in model.gguf: bf16, f16, f32, q8_0, q4_0, q4_1, q5_0, "
+            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, or llama-quantize's mixes q4_k_m, q5_k_m "
+            "(output in Q6_K for the quantised types); mmproj.gguf gets the float type or "
+            "q8_0 (default: same as --dtype)");
   flags.add("seed", &seed, "random seed: the same seed writes byte-identical files");
   flags.add("tokenizer-dir", &tokenizer_dir,
             "directory with tokenizer.json and tokenizer_config.json (default: the preset's "
@@ -61,7 +63,7 @@ int run_make_model(const std::vector<std::string>& args) {
   }
   options.dtype = *d;
   if (!gguf_type.empty()) {
-    Result<DType> g = model::parse_dtype_flag(gguf_type);
+    Result<model::GgufWeightType> g = model::parse_gguf_weight_type(gguf_type);
     if (!g.is_ok()) {
       std::fprintf(stderr, "error: --gguf-type: %s\n", g.status().message().c_str());
       return 2;

@@ -9,18 +9,23 @@ std::array<KernelTable, 4> build_tables() {
   std::array<KernelTable, 4> tables;
   KernelTable t;
   fill_portable(&t);
+  fill_quant_portable(&t);
   tables[static_cast<int>(Isa::kPortable)] = t;
   Isa best = detected_isa();
   // Only run a fill function whose instructions the CPU has; an unsupported level keeps the
   // lower table (set_active_isa refuses to select it anyway).
-  if (best >= Isa::kAvx2)
+  if (best >= Isa::kAvx2) {
     fill_avx2(&t);
+    fill_quant_avx2(&t);
+  }
   tables[static_cast<int>(Isa::kAvx2)] = t;
   if (best >= Isa::kAvx512)
     fill_avx512(&t);
   tables[static_cast<int>(Isa::kAvx512)] = t;
-  if (best >= Isa::kAvx512Bf16)
+  if (best >= Isa::kAvx512Bf16) {
     fill_avx512bf16(&t);
+    fill_quant_avx512vnni(&t);
+  }
   tables[static_cast<int>(Isa::kAvx512Bf16)] = t;
   return tables;
 }

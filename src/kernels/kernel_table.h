@@ -9,9 +9,15 @@
 
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/quants.h"
 
 namespace crescent::kernels::internal {
 
+// One weight row of a ggml block type (num_values values) dotted with the quantised activations
+// of num_tokens (1..kMaxDotTokens) tokens: out[t] = sum_i w[i] * x[t][i].
+constexpr int kMaxDotTokens = 4;
+using RowDotFn = void (*)(int64_t num_values, const void* w_row, const QuantizedActs* x,
+                          int num_tokens, float* out);
 // Activations prepared once per matmul() call; the panel kernels read the form they need.
 struct MatmulArgs {
   const PackedWeight* w = nullptr;
@@ -20,14 +26,18 @@ struct MatmulArgs {
   // BF16 pairs (lo = even column) in GEMM order: [token block][pair][kBf16GemmTokens], the
   // tokens past num_tokens zero, so the microkernel broadcasts from one moving pointer.
   const uint32_t* x_bf16 = nullptr;
-  const int8_t* xq = nullptr;      // [num_tokens][padded_cols] Q8_0 quants
-  const float* x_scale = nullptr;  // [num_tokens][padded_cols / 32] Q8_0 scales
-  const int32_t* x_sum = nullptr;  // [num_tokens][padded_cols / 32] sum of the quants per block
-  const float* bias = nullptr;     // [rows] or null
-  float* y = nullptr;              // [num_tokens][rows]
+  const int8_t* xq = nullptr;       // [num_tokens][padded_cols] Q8_0 quants
+  const float* x_scale = nullptr;   // [num_tokens][padded_cols / 32] Q8_0 scales
+  const int32_t* x_sum = nullptr;   // [num_tokens][padded_cols / 32] sum of the quants per block
+  const BlockQ8K* x_q8k = nullptr;  // [num_tokens][padded_cols / 256] for K-quant weights
+  RowDotFn row_dot = nullptr;       // ggml row formats
+  const float* bias = nullptr;      // [rows] or null
+  float* y = nullptr;               // [num_tokens][rows]
 };
 // Tokens per BF16 GEMM microkernel call (2 panels x 12 tokens = 24 zmm accumulators).
 constexpr int64_t kBf16GemmTokens = 12;
+
+constexpr int kNumDTypes = static_cast<int>(DType::kQ6_K) + 1;
 
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
@@ -37,6 +47,8 @@ struct KernelTable {
   MatmulPanelsFn matmul_bf16 = nullptr;    // BF16 weights widened to f32, f32 math
   MatmulPanelsFn gemm_bf16_dot = nullptr;  // BF16 weights x BF16 activations, f32 accumulate
   MatmulPanelsFn matmul_q8 = nullptr;      // Q8_0 weights x Q8_0 activations, int32 block dots
+  // ggml block types (indexed by DType) x their activation partner, int32 block dots.
+  RowDotFn row_dot[kNumDTypes] = {};
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
   void (*scale)(float a, float* y, int64_t n) = nullptr;                 // y *= a
@@ -55,6 +67,10 @@ void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);
 void fill_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
+// The ggml block types' row dots (quant_dot_<isa>.cc).
+void fill_quant_portable(KernelTable* table);
+void fill_quant_avx2(KernelTable* table);
+void fill_quant_avx512vnni(KernelTable* table);
 
 const KernelTable& kernel_table(Isa isa);
 inline const KernelTable& active_table() {

@@ -35,16 +35,18 @@ void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r,
         out[c] = f16_to_float(src[c]);
       return;
     }
-    case DType::kQ8_0: {
-      int64_t num_blocks = cols / kQ8BlockSize;
-      const std::byte* src = static_cast<const std::byte*>(data) + r * num_blocks * sizeof(Q8Block);
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        Q8Block block;
-        std::memcpy(&block, src + b * sizeof(Q8Block), sizeof(Q8Block));
-        float d = f16_to_float(block.scale_f16);
-        for (int64_t i = 0; i < kQ8BlockSize; ++i)
-          out[b * kQ8BlockSize + i] = d * block.quants[i];
-      }
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: {
+      const int64_t row_bytes = dtype_num_bytes(dtype, cols);
+      dtype_to_float(dtype, static_cast<const std::byte*>(data) + r * row_bytes, cols, out);
       return;
     }
   }
@@ -80,6 +82,39 @@ void store_q8_block(std::byte* panel, int64_t padded_cols, int64_t r_in_panel, i
   }
 }
 
+// ggml row formats: every row dotted with every token's quantised activations, up to
+// kMaxDotTokens tokens per call so a weight block is unpacked once for all of them; the row (a few
+// KiB at most) stays in L1 across the calls for more tokens.
+void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_end) {
+  const PackedWeight& w = *a.w;
+  const int64_t rows = w.rows();
+  const int64_t cols = w.cols();
+  const int64_t kp = w.padded_cols();
+  const int64_t q8k_blocks = kp / kQKBlockSize;
+  std::vector<QuantizedActs> acts(static_cast<size_t>(a.num_tokens));
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    if (a.x_q8k != nullptr) {
+      acts[t].q8_k = a.x_q8k + t * q8k_blocks;
+    } else {
+      acts[t].q8_0 = a.xq + t * kp;
+      acts[t].q8_0_scale = a.x_scale + t * (kp / 32);
+      acts[t].q8_0_sum = a.x_sum + t * (kp / 32);
+    }
+  }
+  const int64_t r_end = std::min(rows, panel_end * kPanelRows);
+  float out[internal::kMaxDotTokens];
+  for (int64_t r = panel_begin * kPanelRows; r < r_end; ++r) {
+    const std::byte* row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
+    const float bias = a.bias != nullptr ? a.bias[r] : 0.0f;
+    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += internal::kMaxDotTokens) {
+      const int n = static_cast<int>(std::min<int64_t>(internal::kMaxDotTokens, a.num_tokens - t0));
+      a.row_dot(cols, row, &acts[t0], n, out);
+      for (int i = 0; i < n; ++i)
+        a.y[(t0 + i) * rows + r] = out[i] + bias;
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view weight_format_name(WeightFormat format) {
@@ -90,8 +125,84 @@ std::string_view weight_format_name(WeightFormat format) {
       return "bf16";
     case WeightFormat::kQ8_0:
       return "q8_0";
+    case WeightFormat::kQ4_0:
+      return "q4_0";
+    case WeightFormat::kQ4_1:
+      return "q4_1";
+    case WeightFormat::kQ5_0:
+      return "q5_0";
+    case WeightFormat::kQ5_1:
+      return "q5_1";
+    case WeightFormat::kQ2_K:
+      return "q2_k";
+    case WeightFormat::kQ3_K:
+      return "q3_k";
+    case WeightFormat::kQ4_K:
+      return "q4_k";
+    case WeightFormat::kQ5_K:
+      return "q5_k";
+    case WeightFormat::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
+}
+
+std::optional<DType> ggml_row_dtype(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16:
+    case WeightFormat::kQ8_0:
+      return std::nullopt;
+    case WeightFormat::kQ4_0:
+      return DType::kQ4_0;
+    case WeightFormat::kQ4_1:
+      return DType::kQ4_1;
+    case WeightFormat::kQ5_0:
+      return DType::kQ5_0;
+    case WeightFormat::kQ5_1:
+      return DType::kQ5_1;
+    case WeightFormat::kQ2_K:
+      return DType::kQ2_K;
+    case WeightFormat::kQ3_K:
+      return DType::kQ3_K;
+    case WeightFormat::kQ4_K:
+      return DType::kQ4_K;
+    case WeightFormat::kQ5_K:
+      return DType::kQ5_K;
+    case WeightFormat::kQ6_K:
+      return DType::kQ6_K;
+  }
+  return std::nullopt;
+}
+
+std::optional<WeightFormat> native_weight_format(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      return std::nullopt;
+    case DType::kQ8_0:
+      return WeightFormat::kQ8_0;
+    case DType::kQ4_0:
+      return WeightFormat::kQ4_0;
+    case DType::kQ4_1:
+      return WeightFormat::kQ4_1;
+    case DType::kQ5_0:
+      return WeightFormat::kQ5_0;
+    case DType::kQ5_1:
+      return WeightFormat::kQ5_1;
+    case DType::kQ2_K:
+      return WeightFormat::kQ2_K;
+    case DType::kQ3_K:
+      return WeightFormat::kQ3_K;
+    case DType::kQ4_K:
+      return WeightFormat::kQ4_K;
+    case DType::kQ5_K:
+      return WeightFormat::kQ5_K;
+    case DType::kQ6_K:
+      return WeightFormat::kQ6_K;
+  }
+  return std::nullopt;
 }
 
 void PackedWeight::FreeDeleter::operator()(std::byte* p) const {
@@ -118,6 +229,15 @@ PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat for
       w.panel_stride_bytes_ =
           internal::q8_scale_region_bytes(w.padded_cols_) + w.padded_cols_ / 32 * 512;
       break;
+    default: {  // ggml rows: the file's blocks, 16 rows per panel
+      const DType type = *ggml_row_dtype(format);
+      CRESCENT_CHECK(cols % dtype_block_size(type) == 0)
+          << cols << " columns are not whole " << dtype_name(type) << " blocks";
+      w.padded_cols_ = cols;
+      w.row_bytes_ = dtype_num_bytes(type, cols);
+      w.panel_stride_bytes_ = w.row_bytes_ * kPanelRows;
+      break;
+    }
   }
   w.panel_stride_bytes_ = round_up(w.panel_stride_bytes_, 64);
   w.num_bytes_ = w.num_panels() * w.panel_stride_bytes_;
@@ -134,11 +254,33 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
     return invalid_argument("pack_weight: empty weight " + std::to_string(rows) + "x" +
                             std::to_string(cols));
   }
-  if (dtype == DType::kQ8_0 && cols % kQ8BlockSize != 0) {
-    return invalid_argument("pack_weight: a Q8_0 weight needs cols % 32 == 0, got " +
-                            std::to_string(cols));
+  if (cols % dtype_block_size(dtype) != 0) {
+    return invalid_argument("pack_weight: a " + std::string(dtype_name(dtype)) +
+                            " weight needs cols % " + std::to_string(dtype_block_size(dtype)) +
+                            " == 0, got " + std::to_string(cols));
+  }
+  const std::optional<DType> row_dtype = ggml_row_dtype(format);
+  if (row_dtype && cols % dtype_block_size(*row_dtype) != 0) {
+    return invalid_argument("pack_weight: " + std::to_string(cols) +
+                            " columns cannot be stored as " + std::string(dtype_name(*row_dtype)) +
+                            " (blocks of " + std::to_string(dtype_block_size(*row_dtype)) + ")");
   }
   PackedWeight w = PackedWeight::allocate(rows, cols, format);
+  if (row_dtype) {
+    const int64_t row_bytes = w.row_bytes();
+    const auto* src = static_cast<const std::byte*>(data);
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::byte* dst = w.mutable_panel(r / kPanelRows) + (r % kPanelRows) * row_bytes;
+      if (dtype == *row_dtype) {
+        std::memcpy(dst, src + r * row_bytes, row_bytes);
+      } else {
+        source_row_to_float(data, dtype, cols, r, row.data());
+        quantize_row(*row_dtype, row.data(), cols, dst);
+      }
+    }
+    return w;
+  }
   const int64_t kp = w.padded_cols();
   std::vector<float> row(kp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -175,6 +317,8 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
           store_q8_block(panel, kp, ri, b, quantize_block(row.data() + b * kQ8BlockSize));
         }
         break;
+      default:
+        CRESCENT_CHECK(false) << "ggml row formats are packed above";
     }
   }
   return w;
@@ -185,6 +329,13 @@ std::vector<float> unpack_weight(const PackedWeight& w) {
   const int64_t cols = w.cols();
   const int64_t kp = w.padded_cols();
   std::vector<float> out(rows * cols);
+  if (const std::optional<DType> row_dtype = ggml_row_dtype(w.format())) {
+    for (int64_t r = 0; r < rows; ++r) {
+      dtype_to_float(*row_dtype, w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes(), cols,
+                     &out[r * cols]);
+    }
+    return out;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const std::byte* panel = w.panel(r / kPanelRows);
     const int64_t ri = r % kPanelRows;
@@ -208,6 +359,8 @@ std::vector<float> unpack_weight(const PackedWeight& w) {
           v = d * static_cast<int8_t>(u ^ 0x80);
           break;
         }
+        default:
+          break;
       }
       out[r * cols + c] = v;
     }
@@ -257,6 +410,7 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
   std::vector<int8_t> xq;
   std::vector<float> x_scale;
   std::vector<int32_t> x_sum;
+  std::vector<BlockQ8K> x_q8k;
   auto pad_x = [&] {
     if (kp == cols) {
       args.x = x;
@@ -316,6 +470,35 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       args.x_scale = x_scale.data();
       args.x_sum = x_sum.data();
       fn = table.matmul_q8;
+      break;
+    }
+    default: {
+      const DType type = *ggml_row_dtype(w.format());
+      args.row_dot = table.row_dot[static_cast<int>(type)];
+      if (dots_with_q8_k(type)) {
+        const int64_t nb = kp / kQKBlockSize;
+        x_q8k.resize(num_tokens * nb);
+        pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t)
+            quantize_row_q8_k(x + t * cols, cols, &x_q8k[t * nb]);
+        });
+        args.x_q8k = x_q8k.data();
+      } else {
+        const int64_t num_blocks = kp / 32;
+        xq.resize(num_tokens * kp);
+        x_scale.resize(num_tokens * num_blocks);
+        x_sum.resize(num_tokens * num_blocks);
+        pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            internal::quantize_row_q8(x + t * cols, kp, &xq[t * kp], &x_scale[t * num_blocks],
+                                      &x_sum[t * num_blocks]);
+          }
+        });
+        args.xq = xq.data();
+        args.x_scale = x_scale.data();
+        args.x_sum = x_sum.data();
+      }
+      fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
       break;
     }
   }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/dtype.h"
@@ -21,8 +22,28 @@
 
 namespace crescent::kernels {
 
-enum class WeightFormat { kF32, kBF16, kQ8_0 };
+// kF32 / kBF16 / kQ8_0 are repacked into panels (below); the ggml block formats (kQ4_0 ...
+// kQ6_K) keep the file's bytes: each row is its ggml blocks, 16 rows per panel.
+enum class WeightFormat {
+  kF32,
+  kBF16,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+};
 std::string_view weight_format_name(WeightFormat format);
+// The ggml block type a format stores its rows in (nullopt for the panel formats).
+std::optional<DType> ggml_row_dtype(WeightFormat format);
+// The format that computes directly on weights stored as `dtype` (kQ8_0 for Q8_0, the ggml row
+// format for the other block types, nullopt for the float types).
+std::optional<WeightFormat> native_weight_format(DType dtype);
 
 // Rows per packed panel (one 512-bit vector of float outputs).
 constexpr int64_t kPanelRows = 16;
@@ -44,6 +65,8 @@ class PackedWeight {
   int64_t padded_cols() const { return padded_cols_; }
   int64_t panel_stride_bytes() const { return panel_stride_bytes_; }
   const std::byte* panel(int64_t p) const { return data_.get() + p * panel_stride_bytes_; }
+  // ggml row formats: bytes of one row; row r is at panel(r / 16) + (r % 16) * row_bytes().
+  int64_t row_bytes() const { return row_bytes_; }
   std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
 
   // An all-zero weight with storage for the given shape.
@@ -58,13 +81,16 @@ class PackedWeight {
   int64_t padded_cols_ = 0;
   int64_t panel_stride_bytes_ = 0;
   int64_t num_bytes_ = 0;
+  int64_t row_bytes_ = 0;
   WeightFormat format_ = WeightFormat::kF32;
   std::unique_ptr<std::byte, FreeDeleter> data_;
 };
 
-// Packs `data` (row-major [rows][cols] of `dtype`; Q8_0 sources need cols % 32 == 0) into
-// `format`. Float sources packed to kQ8_0 are quantised like ggml (per 32 values,
-// d = max|x| / 127, q = round(x / d)); Q8_0 sources packed to kQ8_0 keep their exact bits.
+// Packs `data` (row-major [rows][cols] of `dtype`; block-quantised sources need cols to be a
+// multiple of their block size) into `format`. Float sources packed to kQ8_0 are quantised like
+// ggml (per 32 values, d = max|x| / 127, q = round(x / d)); a source already in the format's
+// block type keeps its exact bits; other sources are dequantised and requantised with ggml's
+// reference quantiser (quants.h). The ggml row formats need cols % block size == 0.
 Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
                                  WeightFormat format);
 

@@ -5,12 +5,16 @@ add_library(crescent_model_formats STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/tensor_source.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/safetensors.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/gguf.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/gguf_types.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/gguf_writer.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/gguf_mmproj.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_files.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/presets.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/make_model.cc
 )
-target_link_libraries(crescent_model_formats PUBLIC crescent_core nlohmann_json::nlohmann_json)
+# kernels: the ggml reference quantisers (kernels/quants.h) behind the GGUF writer.
+target_link_libraries(crescent_model_formats PUBLIC crescent_core crescent_kernels
+                      nlohmann_json::nlohmann_json)
 # presets.cc finds the npm tokenizers in the source tree by default.
 set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/presets.cc PROPERTIES
   COMPILE_DEFINITIONS "CRESCENT_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")

@@ -11,6 +11,9 @@
 // stored unpermuted. We do the same on write, and undo it on read for general.architecture
 // "llama", so real llama.cpp files and ours both load with HF semantics.
 //
+// Code: the reader and names here (gguf.cc), the writer (gguf_writer.cc), the ggml type table
+// and the per-tensor type choices of quantised files (gguf_types.h).
+//
 // Thread-safety: GgufFile is safe to share (un-permuted copies are built under a mutex);
 // GgufWriter is single-threaded.
 
@@ -26,9 +29,13 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/gguf_types.h"
 #include "model/tensor_source.h"
 
 namespace crescent::model {
+
+inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
+inline constexpr int64_t kGgufMaxDims = 4;          // dimensions of a GGUF tensor
 
 // ggml tensor type ids as stored in GGUF.
 inline constexpr uint32_t kGgmlTypeF32 = 0;
@@ -39,9 +46,6 @@ inline constexpr uint32_t kGgmlTypeBF16 = 30;
 
 // "Q4_K", or "type 77" for an unknown id.
 std::string ggml_type_name(uint32_t ggml_type);
-uint32_t ggml_type_of(DType dtype);
-// general.file_type (llama_ftype) of a file whose 2-D tensors are `dtype`: 0, 1, 32 or 7.
-uint32_t gguf_file_type(DType dtype);
 
 // GGUF metadata value types.
 enum class GgufValueType : uint32_t {
@@ -78,7 +82,7 @@ int64_t gguf_qk_permute_heads(const ModelConfig& config, std::string_view hf_nam
 // ggml's reference Q8_0 quantisation: per 32 values scale = amax/127 (F16), q = round(x/scale).
 void quantize_q8_0(const float* x, int64_t num_values, Q8Block* out);
 // Stores num_values floats as `dtype` at out (dtype_num_bytes(dtype, num_values) bytes; a
-// multiple of 32 values for Q8_0).
+// multiple of the block size for the quantised types, which use ggml's reference quantisers).
 void float_to_dtype(const float* values, int64_t num_values, DType dtype, void* out);
 
 // llama.cpp's rope_freqs.weight for llama3 RoPE scaling: one factor per rotary pair.
@@ -210,12 +214,14 @@ Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenize
 
 // Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata; a
 // vision-language source's "visual.*" tensors are left out (they go to the mmproj file).
-// 2-D tensors are stored as `dtype` (F32/F16/BF16/Q8_0), 1-D ones (norms, biases) as F32;
+// 2-D tensors are stored as gguf_tensor_dtype(type, ...) picks (gguf_types.h), 1-D ones (norms,
+// biases) as F32;
 // LLaMA Q/K rows are permuted. Reads rows on demand, so a memory-mapped source is streamed;
 // rows are converted on ThreadPool::default_pool() (call from one thread at a time).
 // progress (optional) is called with (bytes written, bytes total) as tensors are written.
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
-                  DType dtype, std::string_view tokenizer_json, const std::string& model_name,
+                  const GgufWeightType& type, std::string_view tokenizer_json,
+                  const std::string& model_name,
                   const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace crescent::model

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "model/make_model.h"
@@ -314,11 +315,11 @@ TEST_F(GgufTest, TokenizerMetadata) {
 TEST_F(GgufTest, UnsupportedTensorTypeNamesTensorAndType) {
   GgufWriter w(path("q4.gguf"));
   w.set_string("general.architecture", "qwen3");
-  // Q4_0: 32 values in 18 bytes.
-  ASSERT_TRUE(w.add_tensor_raw("token_embd.weight", kGgmlTypeQ4_0, {4, 64}, 4 * 2 * 18).is_ok());
+  // Q8_1 (ggml type 9, an activation type that files do not use): 32 values in 36 bytes.
+  ASSERT_TRUE(w.add_tensor_raw("token_embd.weight", 9, {4, 64}, 4 * 2 * 36).is_ok());
   ASSERT_TRUE(w.add_tensor("output_norm.weight", DType::kF32, {64}).is_ok());
   ASSERT_TRUE(w.write_header().is_ok());
-  std::vector<uint8_t> zeros(4 * 2 * 18 + 64 * 4, 0);
+  std::vector<uint8_t> zeros(4 * 2 * 36 + 64 * 4, 0);
   ASSERT_TRUE(w.write_data(zeros.data(), static_cast<int64_t>(zeros.size())).is_ok());
   ASSERT_TRUE(w.finish().is_ok());
 
@@ -328,9 +329,88 @@ TEST_F(GgufTest, UnsupportedTensorTypeNamesTensorAndType) {
   ASSERT_FALSE(v.is_ok());
   EXPECT_EQ(v.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(v.status().message().find("token_embd.weight"), std::string::npos);
-  EXPECT_NE(v.status().message().find("Q4_0"), std::string::npos) << v.status().message();
+  EXPECT_NE(v.status().message().find("Q8_1"), std::string::npos) << v.status().message();
   EXPECT_TRUE((*gguf)->get("model.norm.weight").is_ok());
 }
+
+// llama-quantize's choices per tensor, on a model whose rows are whole 256-value blocks.
+TEST(GgufTypesTest, TensorTypesFollowLlamaQuantize) {
+  ModelConfig c = find_model_preset("llama-3.2-1b")->config;  // 16 layers, tied, 2048 / 8192
+  const GgufWeightType q4km = *parse_gguf_weight_type("q4_k_m");
+  EXPECT_EQ(gguf_file_type(q4km), 15u);
+  EXPECT_EQ(gguf_file_type(*parse_gguf_weight_type("q5_k_m")), 17u);
+  EXPECT_EQ(gguf_file_type(*parse_gguf_weight_type("q6_k")), 18u);
+  EXPECT_EQ(gguf_file_type(*parse_gguf_weight_type("q4_0")), 2u);
+  EXPECT_EQ(gguf_weight_type_name(q4km), "q4_k_m");
+  EXPECT_FALSE(parse_gguf_weight_type("iq4_xs").is_ok());
+  const std::vector<int64_t> square = {2048, 2048};
+  const std::vector<int64_t> kv = {512, 2048};
+  const std::vector<int64_t> down = {2048, 8192};
+  auto type = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return gguf_tensor_dtype(q4km, c, name, shape);
+  };
+  EXPECT_EQ(type("model.embed_tokens.weight", {128256, 2048}), DType::kQ6_K);  // tied output
+  EXPECT_EQ(type("model.norm.weight", {2048}), DType::kF32);
+  EXPECT_EQ(type("model.layers.5.self_attn.q_proj.weight", square), DType::kQ4_K);
+  // use_more_bits(i, 16): i < 2, i >= 14, (i - 2) % 3 == 2.
+  for (int l = 0; l < 16; ++l) {
+    const bool more = l < 2 || l >= 14 || (l - 2) % 3 == 2;
+    const std::string layer = "model.layers." + std::to_string(l);
+    EXPECT_EQ(type(layer + ".self_attn.v_proj.weight", kv), more ? DType::kQ6_K : DType::kQ4_K)
+        << l;
+    EXPECT_EQ(type(layer + ".mlp.down_proj.weight", down), more ? DType::kQ6_K : DType::kQ4_K) << l;
+    EXPECT_EQ(type(layer + ".mlp.up_proj.weight", {8192, 2048}), DType::kQ4_K) << l;
+  }
+  // Rows that are not whole super-blocks fall back like llama-quantize.
+  EXPECT_EQ(type("model.layers.5.self_attn.q_proj.weight", {64, 64}), DType::kQ5_0);
+  EXPECT_EQ(type("model.embed_tokens.weight", {100, 64}), DType::kQ8_0);
+  EXPECT_EQ(gguf_tensor_dtype(*parse_gguf_weight_type("q5_k"), c, "x.weight", {8, 96}),
+            DType::kQ5_1);
+  EXPECT_EQ(gguf_tensor_dtype(*parse_gguf_weight_type("q8_0"), c, "model.embed_tokens.weight",
+                              {128256, 2048}),
+            DType::kQ8_0);
+}
+
+class GgufQuantRoundTrip : public GgufTest, public ::testing::WithParamInterface<std::string> {};
+
+// Every tensor is stored in the type gguf_tensor_dtype() picks, with the bits of ggml's reference
+// quantiser, and read back without conversion.
+TEST_P(GgufQuantRoundTrip, TensorsKeepTheirTypesAndBits) {
+  const GgufWeightType type = *parse_gguf_weight_type(GetParam());
+  ModelConfig config = write_source("small", "m.safetensors");  // hidden 256, FFN 768
+  auto source = SafetensorsFile::open(path("m.safetensors"));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(write_gguf(path("m.gguf"), config, **source, type, kTinyTokenizer, "q").is_ok());
+  auto gguf = GgufFile::open(path("m.gguf"));
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  std::map<std::string, uint32_t> ggml_types;
+  for (const GgufTensorInfo& t : (*gguf)->tensor_infos())
+    ggml_types[t.name] = t.ggml_type;
+  std::set<DType> seen;
+  for (const std::string& name : (*source)->names()) {
+    const TensorView want = *(*source)->get(name);
+    Result<TensorView> got = (*gguf)->get(name);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const DType expected = gguf_tensor_dtype(type, config, name, want.shape);
+    ASSERT_EQ(got->dtype, expected) << name;
+    EXPECT_EQ(ggml_types[*hf_to_gguf_name(name)], ggml_type_of(expected)) << name;
+    seen.insert(expected);
+    const int64_t n = want.num_elements();
+    std::vector<uint8_t> q(dtype_num_bytes(expected, n));
+    float_to_dtype(static_cast<const float*>(want.data), n, expected, q.data());
+    ASSERT_EQ(got->num_bytes, static_cast<int64_t>(q.size())) << name;
+    EXPECT_EQ(std::memcmp(got->data, q.data(), q.size()), 0) << name;
+  }
+  if (type.dtype == DType::kQ4_K) {  // the mix really mixes
+    EXPECT_TRUE(seen.count(DType::kQ4_K) && seen.count(DType::kQ6_K));
+  } else {
+    EXPECT_TRUE(seen.count(type.dtype)) << gguf_weight_type_name(type);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgufQuantRoundTrip,
+                         ::testing::Values("q4_k_m", "q5_k_m", "q4_k", "q6_k", "q3_k", "q2_k",
+                                           "q4_0", "q4_1", "q5_0", "q5_1"));
 
 TEST_F(GgufTest, TruncatedFileIsDataLoss) {
   ModelConfig config = write_source("tiny", "m.safetensors");

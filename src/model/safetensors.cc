@@ -41,10 +41,11 @@ Result<std::string> safetensors_dtype_name(DType dtype) {
       return std::string("F16");
     case DType::kBF16:
       return std::string("BF16");
-    case DType::kQ8_0:
+    default:  // the GGUF block types
       break;
   }
-  return invalid_argument("safetensors cannot store Q8_0 tensors");
+  return invalid_argument("safetensors cannot store " + std::string(dtype_name(dtype)) +
+                          " tensors");
 }
 
 Result<int64_t> checked_num_elements(const std::vector<int64_t>& shape) {

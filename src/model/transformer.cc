@@ -30,13 +30,31 @@ kernels::WeightFormat choose_format(TransformerOptions::Weights w, DType source)
     case TransformerOptions::Weights::kAuto:
       break;
   }
-  return source == DType::kQ8_0 ? kernels::WeightFormat::kQ8_0 : kernels::WeightFormat::kBF16;
+  return kernels::native_weight_format(source).value_or(kernels::WeightFormat::kBF16);
+}
+
+// kAuto on a GGUF mix (Q4_K_M: q/k in Q4_K, v in Q6_K): a fused matrix computes in its parts'
+// block type, or the widest of them when they differ (the narrower rows are requantised, a
+// small loss that keeps q/k/v and gate/up one matmul each).
+kernels::WeightFormat auto_format(const std::vector<TensorView>& parts,
+                                  kernels::WeightFormat fallback) {
+  DType widest = parts[0].dtype;
+  for (const auto& p : parts) {
+    const double bits = 8.0 * dtype_block_bytes(p.dtype) / dtype_block_size(p.dtype);
+    if (bits > 8.0 * dtype_block_bytes(widest) / dtype_block_size(widest))
+      widest = p.dtype;
+  }
+  if (std::optional<kernels::WeightFormat> native = kernels::native_weight_format(widest))
+    return *native;
+  return kernels::ggml_row_dtype(fallback) ? kernels::WeightFormat::kBF16 : fallback;
 }
 
 // Packs the row-wise concatenation of `parts` (each [rows_i][cols]) as one matrix, so that
 // q/k/v and gate/up run as one matmul each.
 Result<kernels::PackedWeight> pack_rows(const std::vector<TensorView>& parts, int64_t cols,
-                                        kernels::WeightFormat format) {
+                                        kernels::WeightFormat format, bool is_auto) {
+  if (is_auto)
+    format = auto_format(parts, format);
   int64_t rows = 0;
   bool same_dtype = true;
   for (const auto& p : parts) {
@@ -98,6 +116,7 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   ASSIGN_OR_RETURN(embed_tokens_,
                    require_tensor(src, "model.embed_tokens.weight", {c.vocab_size, hidden}));
   format_ = choose_format(options.weights, embed_tokens_.dtype);
+  const bool is_auto = options.weights == TransformerOptions::Weights::kAuto;
 
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -112,7 +131,7 @@ Status Transformer::load_weights(const TransformerOptions& options) {
                                                   {kv_dim, hidden}));
     ASSIGN_OR_RETURN(TensorView v, require_tensor(src, layer_name(l, "self_attn.v_proj.weight"),
                                                   {kv_dim, hidden}));
-    ASSIGN_OR_RETURN(layer.qkv, pack_rows({q, k, v}, hidden, format_));
+    ASSIGN_OR_RETURN(layer.qkv, pack_rows({q, k, v}, hidden, format_, is_auto));
     if (c.has_qkv_bias) {
       ASSIGN_OR_RETURN(auto qb, load_vector(src, layer_name(l, "self_attn.q_proj.bias"), q_dim));
       ASSIGN_OR_RETURN(auto kb, load_vector(src, layer_name(l, "self_attn.k_proj.bias"), kv_dim));
@@ -129,15 +148,15 @@ Status Transformer::load_weights(const TransformerOptions& options) {
     }
     ASSIGN_OR_RETURN(TensorView o, require_tensor(src, layer_name(l, "self_attn.o_proj.weight"),
                                                   {hidden, q_dim}));
-    ASSIGN_OR_RETURN(layer.o, pack_rows({o}, q_dim, format_));
+    ASSIGN_OR_RETURN(layer.o, pack_rows({o}, q_dim, format_, is_auto));
     ASSIGN_OR_RETURN(TensorView gate,
                      require_tensor(src, layer_name(l, "mlp.gate_proj.weight"), {inter, hidden}));
     ASSIGN_OR_RETURN(TensorView up,
                      require_tensor(src, layer_name(l, "mlp.up_proj.weight"), {inter, hidden}));
-    ASSIGN_OR_RETURN(layer.gate_up, pack_rows({gate, up}, hidden, format_));
+    ASSIGN_OR_RETURN(layer.gate_up, pack_rows({gate, up}, hidden, format_, is_auto));
     ASSIGN_OR_RETURN(TensorView down,
                      require_tensor(src, layer_name(l, "mlp.down_proj.weight"), {hidden, inter}));
-    ASSIGN_OR_RETURN(layer.down, pack_rows({down}, inter, format_));
+    ASSIGN_OR_RETURN(layer.down, pack_rows({down}, inter, format_, is_auto));
     for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
       num_weight_bytes_ += w->num_bytes();
       num_weight_params_ += w->rows() * w->cols();
@@ -145,11 +164,11 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   }
   ASSIGN_OR_RETURN(final_norm_, load_vector(src, "model.norm.weight", hidden));
   if (c.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(lm_head_, pack_rows({embed_tokens_}, hidden, format_));
+    ASSIGN_OR_RETURN(lm_head_, pack_rows({embed_tokens_}, hidden, format_, is_auto));
   } else {
     ASSIGN_OR_RETURN(TensorView head,
                      require_tensor(src, "lm_head.weight", {c.vocab_size, hidden}));
-    ASSIGN_OR_RETURN(lm_head_, pack_rows({head}, hidden, format_));
+    ASSIGN_OR_RETURN(lm_head_, pack_rows({head}, hidden, format_, is_auto));
   }
   num_weight_bytes_ += lm_head_.num_bytes();
   num_weight_params_ += lm_head_.rows() * lm_head_.cols();
@@ -176,6 +195,8 @@ std::string Transformer::weight_format_name() const {
       return "BF16";
     case kernels::WeightFormat::kQ8_0:
       return "Q8_0";
+    default:  // GGUF files may mix block types per tensor; this is the embedding's
+      return "GGUF " + std::string(dtype_name(*kernels::ggml_row_dtype(format_)));
   }
   return "?";
 }

@@ -20,6 +20,12 @@ std::vector<double> tensor(const model::ModelFiles& files, const std::string& na
   for (int64_t d : t->shape)
     n *= d;
   std::vector<double> out(static_cast<size_t>(n));
+  if (t->dtype != DType::kQ8_0 && is_block_quantized(t->dtype)) {  // ggml's dequantiser
+    std::vector<float> values(static_cast<size_t>(n));
+    dtype_to_float(t->dtype, t->data, n, values.data());
+    out.assign(values.begin(), values.end());
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     switch (t->dtype) {
       case DType::kF32:
@@ -36,6 +42,8 @@ std::vector<double> tensor(const model::ModelFiles& files, const std::string& na
         out[i] = static_cast<double>(f16_to_float(b->scale_f16)) * b->quants[i % kQ8BlockSize];
         break;
       }
+      default:
+        break;
     }
   }
   return out;

@@ -1,0 +1,287 @@
+#include "kernels/quants.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernel_table.h"
+#include "kernels/matmul.h"
+#include "kernels/quant_unpack.h"
+#include "kernels/test_util.h"
+
+namespace crescent::kernels {
+namespace {
+
+using testing::available_isas;
+using testing::random_floats;
+using testing::ScopedIsa;
+
+const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                        DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// Root-mean-square error of dequantize(quantize(x)) relative to the RMS of x, for values
+// uniform in [-1, 1]: a uniform grid of L levels over the range gives 1 / (L - 1), and each type
+// must stay within 1.2x that for its number of levels (2^bits; 255 for Q8_0).
+double rel_rmse_bound(DType t) {
+  int bits = 0;
+  switch (t) {
+    case DType::kQ8_0:
+      bits = 8;
+      break;
+    case DType::kQ6_K:
+      bits = 6;
+      break;
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ5_K:
+      bits = 5;
+      break;
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+      bits = 4;
+      break;
+    case DType::kQ3_K:
+      bits = 3;
+      break;
+    case DType::kQ2_K:
+      bits = 2;
+      break;
+    default:
+      break;
+  }
+  return 1.2 / ((1 << bits) - 1);
+}
+
+std::vector<uint8_t> quantize(DType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(dtype_num_bytes(t, static_cast<int64_t>(x.size())));
+  quantize_row(t, x.data(), static_cast<int64_t>(x.size()), q.data());
+  return q;
+}
+
+std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t n) {
+  std::vector<float> y(n);
+  dtype_to_float(t, q.data(), n, y.data());
+  return y;
+}
+
+TEST(QuantsTest, RoundTripWithinTheTypesErrorBound) {
+  const int64_t n = 256 * 64;
+  for (DType t : kTypes) {
+    // Uniform values, and a row with a large outlier per block of 256 and an all-zero stretch.
+    for (int variant = 0; variant < 2; ++variant) {
+      std::vector<float> x = random_floats(n, 7 + variant);
+      if (variant == 1) {
+        for (int64_t i = 0; i < n; i += 256)
+          x[i + 5] = 8.0f;
+        for (int64_t i = 512; i < 1024; ++i)
+          x[i] = 0.0f;
+      }
+      const std::vector<float> y = dequantize(t, quantize(t, x), n);
+      double err2 = 0;
+      double sum2 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        err2 += (x[i] - y[i]) * (x[i] - y[i]);
+        sum2 += x[i] * x[i];
+        if (x[i] == 0.0f && variant == 1 && i >= 512 && i < 1024) {
+          ASSERT_NEAR(y[i], 0.0f, 1e-6) << dtype_name(t) << " zero block";
+        }
+      }
+      const double rel = std::sqrt(err2 / sum2);
+      if (variant == 0) {
+        EXPECT_LT(rel, rel_rmse_bound(t)) << dtype_name(t);
+        EXPECT_GT(rel, rel_rmse_bound(t) / 20) << dtype_name(t) << ": suspiciously exact";
+      } else {
+        EXPECT_LT(rel, 4 * rel_rmse_bound(t)) << dtype_name(t) << " with outliers";
+      }
+      std::printf("%s variant %d: relative RMSE %.5f\n", std::string(dtype_name(t)).c_str(),
+                  variant, rel);
+    }
+  }
+}
+
+// The integer view the dot kernels use (quant_unpack.h) and ggml's float dequantiser agree.
+template <typename Block>
+void expect_unpack_matches(DType t, const std::vector<uint8_t>& q, int64_t n) {
+  const std::vector<float> ref = dequantize(t, q, n);
+  const auto* blocks = reinterpret_cast<const Block*>(q.data());
+  const int64_t bs = dtype_block_size(t);
+  for (int64_t b = 0; b < n / bs; ++b) {
+    int8_t v[256];
+    if constexpr (requires(internal::KScales * s) { internal::unpack_k(blocks[b], v, s); }) {
+      internal::KScales s;
+      internal::unpack_k(blocks[b], v, &s);
+      const int group = 256 / s.num_groups;
+      for (int i = 0; i < 256; ++i) {
+        const double want = static_cast<double>(s.d) * s.scale[i / group] * v[i] -
+                            static_cast<double>(s.dmin) * s.min[i / group];
+        ASSERT_NEAR(ref[b * 256 + i], want, 1e-6 * (std::fabs(want) + 1e-3))
+            << dtype_name(t) << " block " << b << " value " << i;
+      }
+    } else {
+      const internal::LegacyScale s = internal::unpack_legacy(blocks[b], v);
+      for (int i = 0; i < 32; ++i) {
+        const double want = static_cast<double>(s.d) * v[i] + s.m;
+        ASSERT_NEAR(ref[b * 32 + i], want, 1e-6 * (std::fabs(want) + 1e-3))
+            << dtype_name(t) << " block " << b << " value " << i;
+      }
+    }
+  }
+}
+
+TEST(QuantsTest, IntegerUnpackMatchesDequantizer) {
+  const int64_t n = 256 * 8;
+  const std::vector<float> x = random_floats(n, 3);
+  expect_unpack_matches<Q8Block>(DType::kQ8_0, quantize(DType::kQ8_0, x), n);
+  expect_unpack_matches<BlockQ4_0>(DType::kQ4_0, quantize(DType::kQ4_0, x), n);
+  expect_unpack_matches<BlockQ4_1>(DType::kQ4_1, quantize(DType::kQ4_1, x), n);
+  expect_unpack_matches<BlockQ5_0>(DType::kQ5_0, quantize(DType::kQ5_0, x), n);
+  expect_unpack_matches<BlockQ5_1>(DType::kQ5_1, quantize(DType::kQ5_1, x), n);
+  expect_unpack_matches<BlockQ2_K>(DType::kQ2_K, quantize(DType::kQ2_K, x), n);
+  expect_unpack_matches<BlockQ3_K>(DType::kQ3_K, quantize(DType::kQ3_K, x), n);
+  expect_unpack_matches<BlockQ4_K>(DType::kQ4_K, quantize(DType::kQ4_K, x), n);
+  expect_unpack_matches<BlockQ5_K>(DType::kQ5_K, quantize(DType::kQ5_K, x), n);
+  expect_unpack_matches<BlockQ6_K>(DType::kQ6_K, quantize(DType::kQ6_K, x), n);
+}
+
+TEST(QuantsTest, Q8KActivationsFollowGgml) {
+  std::vector<float> x = random_floats(512, 11);
+  x[300] = -3.0f;  // the largest magnitude is negative: d = max / -127 > 0 and q = -127 there
+  BlockQ8K y[2];
+  quantize_row_q8_k(x.data(), 512, y);
+  EXPECT_FLOAT_EQ(y[1].d, 3.0f / 127.0f);
+  EXPECT_EQ(y[1].qs[300 - 256], -127);
+  for (int b = 0; b < 2; ++b) {
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) {
+        sum += y[b].qs[g * 16 + i];
+        EXPECT_LE(std::fabs(y[b].qs[g * 16 + i] * y[b].d - x[b * 256 + g * 16 + i]),
+                  0.5f * y[b].d * 1.0001f);
+      }
+      EXPECT_EQ(y[b].bsums[g], sum);
+    }
+  }
+}
+
+// The activations a row dot really multiplies with, dequantised.
+std::vector<float> effective_acts(DType t, const std::vector<float>& x, QuantizedActs* acts,
+                                  std::vector<BlockQ8K>* q8k, std::vector<int8_t>* q,
+                                  std::vector<float>* scale, std::vector<int32_t>* sum) {
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<float> out(n);
+  if (dots_with_q8_k(t)) {
+    q8k->resize(n / 256);
+    quantize_row_q8_k(x.data(), n, q8k->data());
+    acts->q8_k = q8k->data();
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (*q8k)[i / 256].d * (*q8k)[i / 256].qs[i % 256];
+  } else {
+    q->resize(n);
+    scale->resize(n / 32);
+    sum->resize(n / 32);
+    internal::quantize_row_q8(x.data(), n, q->data(), scale->data(), sum->data());
+    acts->q8_0 = q->data();
+    acts->q8_0_scale = scale->data();
+    acts->q8_0_sum = sum->data();
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (*q)[i] * (*scale)[i / 32];
+  }
+  return out;
+}
+
+TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
+  for (int64_t n : {256, 256 * 7}) {
+    for (DType t : kTypes) {
+      const std::vector<float> w = random_floats(n, 21);
+      const std::vector<uint8_t> wq = quantize(t, w);
+      const std::vector<float> wd = dequantize(t, wq, n);
+      const std::vector<float> x = random_floats(n, 22, -2, 2);
+      QuantizedActs acts;
+      std::vector<BlockQ8K> q8k;
+      std::vector<int8_t> q;
+      std::vector<float> scale;
+      std::vector<int32_t> sum;
+      const std::vector<float> xe = effective_acts(t, x, &acts, &q8k, &q, &scale, &sum);
+      double ref = 0;
+      double mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += static_cast<double>(wd[i]) * xe[i];
+        mag += std::fabs(static_cast<double>(wd[i]) * xe[i]);
+      }
+      for (Isa isa : available_isas()) {
+        ScopedIsa scoped(isa);
+        const float got = quant_row_dot(t, n, wq.data(), acts);
+        EXPECT_NEAR(got, ref, 2e-6 * mag + 1e-6)
+            << dtype_name(t) << " n=" << n << " on " << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
+  ThreadPool pool(2);
+  const int64_t rows = 37;
+  const int64_t cols = 512;
+  for (DType t : kTypes) {
+    if (t == DType::kQ8_0)
+      continue;  // Q8_0 has its own panel format (matmul_test.cc)
+    const WeightFormat format = *native_weight_format(t);
+    const std::vector<float> wf = random_floats(rows * cols, 31);
+    std::vector<uint8_t> wq(dtype_num_bytes(t, rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
+    }
+    // Same-type sources keep their bytes; float sources are quantised the same way.
+    Result<PackedWeight> from_bytes = pack_weight(wq.data(), t, rows, cols, format);
+    Result<PackedWeight> from_float = pack_weight(wf.data(), DType::kF32, rows, cols, format);
+    ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok()) << dtype_name(t);
+    const std::vector<float> wd = unpack_weight(*from_bytes);
+    EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
+    EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
+    const std::vector<float> bias = random_floats(rows, 33);
+    for (int64_t num_tokens : {1, 3, 11}) {
+      const std::vector<float> x = random_floats(num_tokens * cols, 34);
+      std::vector<float> y(num_tokens * rows);
+      for (Isa isa : available_isas()) {
+        ScopedIsa scoped(isa);
+        matmul(x.data(), num_tokens, *from_bytes, bias.data(), y.data(), pool);
+        for (int64_t tk = 0; tk < num_tokens; ++tk) {
+          QuantizedActs acts;
+          std::vector<BlockQ8K> q8k;
+          std::vector<int8_t> q;
+          std::vector<float> scale;
+          std::vector<int32_t> sum;
+          const std::vector<float> xt(x.begin() + tk * cols, x.begin() + (tk + 1) * cols);
+          const std::vector<float> xe = effective_acts(t, xt, &acts, &q8k, &q, &scale, &sum);
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = bias[r];
+            double mag = std::fabs(ref);
+            double loose = bias[r];
+            for (int64_t c = 0; c < cols; ++c) {
+              ref += static_cast<double>(wd[r * cols + c]) * xe[c];
+              mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xe[c]);
+              loose += static_cast<double>(wd[r * cols + c]) * xt[c];
+            }
+            ASSERT_NEAR(y[tk * rows + r], ref, 2e-6 * mag + 1e-6)
+                << dtype_name(t) << " " << isa_name(isa) << " t=" << tk << " r=" << r;
+            // Against the unquantised activations: the activation quantisation error only.
+            ASSERT_NEAR(y[tk * rows + r], loose, 0.02 * mag + 1e-4) << dtype_name(t);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantsTest, PackRejectsPartialBlocks) {
+  const std::vector<float> w = random_floats(4 * 96, 1);
+  EXPECT_FALSE(pack_weight(w.data(), DType::kF32, 4, 96, WeightFormat::kQ4_K).is_ok());
+  EXPECT_TRUE(pack_weight(w.data(), DType::kF32, 4, 96, WeightFormat::kQ5_0).is_ok());
+}
+
+}  // namespace
+}  // namespace crescent::kernels
