@@ -396,12 +396,7 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
         }
       }
       if (!pulled.is_ok()) {
-        const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
-        send_json(
-            *writer, timed_out ? 504 : 502,
-            dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
-                                            timed_out ? "timeout_error" : "upstream_error"))));
-        return;
+        return send_pull_failure(*writer, pulled);
       }
       start_generation(*shared_request, writer, call, chat, std::move(images));
     });
@@ -424,12 +419,7 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     if (!ec_items.empty()) {
       Status pulled = ec_puller_->pull(*prepared, ec_items);
       if (!pulled.is_ok()) {
-        const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
-        send_json(
-            *writer, timed_out ? 504 : 502,
-            dump_json(error_json(make_error(timed_out ? 504 : 502, pulled.message(),
-                                            timed_out ? "timeout_error" : "upstream_error"))));
-        return;
+        return send_pull_failure(*writer, pulled);
       }
       Status made = multimodal_->make_pixel_values(*prepared);
       if (!made.is_ok()) {
@@ -439,6 +429,14 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     }
     start_generation(*shared_request, writer, call, chat, std::move(prepared).value());
   });
+}
+
+void OpenAiServer::send_pull_failure(ResponseWriter& writer, const Status& pulled) {
+  const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
+  const int status = timed_out ? 504 : 502;
+  send_json(writer, status,
+            dump_json(error_json(make_error(status, pulled.message(),
+                                            timed_out ? "timeout_error" : "upstream_error"))));
 }
 
 void OpenAiServer::release_ec_params_of(const std::string& body) {

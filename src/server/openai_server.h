@@ -82,6 +82,8 @@ class OpenAiServer {
                      std::shared_ptr<net::http::ResponseWriter> writer, std::shared_ptr<Call> call,
                      bool chat);
   void on_output(const std::shared_ptr<Call>& call, const GenerationOutput& output);
+  // A failed pull of encoder outputs: 504 on its deadline, else 502, with its message.
+  void send_pull_failure(net::http::ResponseWriter& writer, const Status& pulled);
   void send_json(net::http::ResponseWriter& writer, int status, const std::string& body,
                  net::http::Headers headers = {});
 
