@@ -1,5 +1,6 @@
 #include "server/fake_engine_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace crescent::server {
@@ -127,6 +128,14 @@ Status FakeEngineClient::submit(std::string request_id, std::vector<int32_t> pro
   seq.prompt = std::move(prompt_token_ids);
   seq.sampling = std::move(sampling);
   seq.on_output = std::move(on_output);
+  for (const auto& [word, texts] : options_.scripted_replies) {
+    auto ids = tokenize(word, /*add_special_tokens=*/false);
+    if (!texts.empty() && ids.is_ok() && ids->size() == 1 &&
+        std::find(seq.prompt.begin(), seq.prompt.end(), (*ids)[0]) != seq.prompt.end()) {
+      seq.script = &texts;
+      break;
+    }
+  }
   metrics_.num_blocks_used += blocks_for(static_cast<int>(seq.prompt.size()));
   running_.emplace(std::move(request_id), std::move(seq));
   cv_.notify_all();
@@ -175,7 +184,8 @@ void FakeEngineClient::run() {
         ++metrics_.num_generation_tokens_total;
         metrics_.num_blocks_used += blocks_for(old_len + 1) - blocks_for(old_len);
         out.new_token_ids.push_back(token);
-        out.new_text = token_text(token);
+        out.new_text =
+            seq.script != nullptr ? (*seq.script)[seq.num_output - 1] : token_text(token);
         if (seq.sampling.logprobs) {
           TokenLogprobs lp;
           lp.sampled = {token, -0.5f};
@@ -189,7 +199,11 @@ void FakeEngineClient::run() {
         for (int32_t s : seq.sampling.stop_token_ids) {
           stop_token = stop_token || s == token;
         }
-        if (stop_token) {
+        if (seq.script != nullptr && seq.num_output >= static_cast<int>(seq.script->size()) &&
+            seq.num_output < seq.sampling.max_tokens) {
+          out.finished = true;
+          out.finish_reason = "stop";
+        } else if (stop_token) {
           out.finished = true;
           out.finish_reason = "stop";
           out.stop_token_id = token;

@@ -22,6 +22,10 @@ class FakeEngineClient : public EngineClient {
     int vocab_size = 1000;
     int num_blocks_total = 1024;
     int step_delay_us = 200;
+    // Scripted replies: a prompt that holds the word (a token of tokenize()) is answered with
+    // these texts, one token each, and then stops (finish_reason "stop", as at an EOS). Lets
+    // tests of the server drive its output parsing (tool calls) through real HTTP.
+    std::vector<std::pair<std::string, std::vector<std::string>>> scripted_replies;
   };
   explicit FakeEngineClient(Options options);
   ~FakeEngineClient() override;
@@ -55,6 +59,7 @@ class FakeEngineClient : public EngineClient {
     OutputCallback on_output;
     int num_output = 0;
     bool aborted = false;
+    const std::vector<std::string>* script = nullptr;  // in options_.scripted_replies
   };
   void run();
 

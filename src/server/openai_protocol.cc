@@ -415,8 +415,6 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"use_beam_search", is_null_or_false, "null or false"},
     {"length_penalty", is_null_or_one, "null or 1"},
     {"response_format", is_text_format, R"(null or {"type": "text"})"},
-    {"tools", is_null_or_empty, R"(null or [], or any list with "tool_choice": "none")"},
-    {"tool_choice", is_null_or_none, R"(null or "none")"},
     {"functions", is_null_or_empty, "null or []"},
     {"function_call", is_null_or_none, R"(null or "none")"},
     {"documents", is_null, "null"},
@@ -447,20 +445,12 @@ constexpr UnsupportedField kChatOnlyFields[] = {
     {"chat_template", is_null_or_empty, "null"},
     {"chat_template_kwargs", is_null_or_empty, "null or {}"},
     {"continue_final_message", is_null_or_false, "null or false"},
+    {"tools", is_null_or_empty, "null or []"},
+    {"tool_choice", is_null_or_none, R"(null or "none")"},
 };
-
-// Chat with tool_choice "none": the tools only reach the template (vLLM renders them too),
-// and no tool call is to be parsed from the output, which crescent does not do yet.
-bool is_rendered_tools_only(const json& body, Endpoint endpoint) {
-  auto it = body.find("tool_choice");
-  return endpoint == Endpoint::kChat && it != body.end() && *it == "none";
-}
 
 std::optional<ApiError> refuse_unsupported(const json& body, Endpoint endpoint) {
   for (const UnsupportedField& f : kUnsupportedFields) {
-    if (std::string_view(f.name) == "tools" && is_rendered_tools_only(body, endpoint)) {
-      continue;
-    }
     auto it = body.find(f.name);
     if (it != body.end() && !f.asks_for_nothing(*it)) {
       return bad_request(std::string("'") + f.name +
@@ -631,7 +621,7 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
   return std::nullopt;
 }
 
-// OpenAI's tools: [{"type": "function", "function": {"name": ..., "parameters": ...}}].
+// OpenAI's tools: [{"type": "function", "function": {"name": ..., "parameters": {...}}}].
 std::optional<ApiError> check_tools(const json& tools) {
   if (!tools.is_array()) {
     return wrong_type("tools", "a list", tools);
@@ -639,12 +629,83 @@ std::optional<ApiError> check_tools(const json& tools) {
   for (const json& tool : tools) {
     auto function = tool.is_object() ? tool.find("function") : tool.end();
     if (!tool.is_object() || tool.value("type", json()) != "function" || function == tool.end() ||
-        !function->is_object() || !function->contains("name") || !(*function)["name"].is_string()) {
+        !function->is_object() || !function->contains("name") || !(*function)["name"].is_string() ||
+        (*function)["name"].get_ref<const std::string&>().empty()) {
       return bad_request(
           R"(each tool must be {"type": "function", "function": {"name": "...", ...}})", "tools");
     }
+    const std::string& name = (*function)["name"].get_ref<const std::string&>();
+    if (auto p = function->find("parameters");
+        p != function->end() && !p->is_null() && !p->is_object()) {
+      return bad_request("tool '" + clip(name) +
+                             "': 'parameters' must be a JSON Schema object, got " + type_name(*p),
+                         "tools");
+    }
+    if (auto d = function->find("description");
+        d != function->end() && !d->is_null() && !d->is_string()) {
+      return bad_request("tool '" + clip(name) + "': 'description' must be a string", "tools");
+    }
   }
   return std::nullopt;
+}
+
+// tool_choice with vLLM's rules. "required" and a named function are honoured in vLLM by guided
+// decoding, which crescent does not have: refused (after the same checks vLLM makes) rather
+// than answered with output that may not call the tool.
+std::optional<ApiError> parse_tool_choice(const json& body, ToolChoice* out) {
+  auto tools = body.find("tools");
+  const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) {
+    *out = has_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+    return std::nullopt;
+  }
+  const json& choice = *it;
+  if (choice == "none") {
+    *out = ToolChoice::kNone;
+    return std::nullopt;
+  }
+  if (tools == body.end() || tools->is_null()) {
+    return bad_request("'tool_choice' needs 'tools'", "tool_choice");
+  }
+  if (choice == "auto" || choice == "required") {
+    // With an empty list there is nothing to call (vLLM treats "required" so too).
+    if (!has_tools) {
+      *out = ToolChoice::kNone;
+      return std::nullopt;
+    }
+    if (choice == "auto") {
+      *out = ToolChoice::kAuto;
+      return std::nullopt;
+    }
+    return bad_request(
+        R"('tool_choice' "required" is not supported by this server: it needs guided decoding, )"
+        R"(which crescent does not have yet (use "auto" or "none"))",
+        "tool_choice");
+  }
+  auto function = choice.is_object() ? choice.find("function") : choice.end();
+  if (!choice.is_object() || choice.value("type", json()) != "function" ||
+      function == choice.end() || !function->is_object() || !function->contains("name") ||
+      !(*function)["name"].is_string()) {
+    return bad_request(
+        R"('tool_choice' must be "none", "auto", "required" or {"type": "function", )"
+        R"("function": {"name": "..."}})",
+        "tool_choice");
+  }
+  const std::string& name = (*function)["name"].get_ref<const std::string&>();
+  bool found = false;
+  for (const json& tool : *tools) {
+    found = found || tool["function"]["name"] == name;  // check_tools checked the shape
+  }
+  if (!found) {
+    return bad_request(
+        "'tool_choice' names the function '" + clip(name) + "', which is not in 'tools'",
+        "tool_choice");
+  }
+  return bad_request(
+      "'tool_choice' naming a function is not supported by this server: it needs "
+      R"(guided decoding, which crescent does not have yet (use "auto" or "none"))",
+      "tool_choice");
 }
 
 // The chat template's inputs besides the messages, with vLLM's rules.
@@ -791,6 +852,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
     if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
       CRESCENT_RETURN_IF_API_ERROR(check_tools(*it));
     }
+    CRESCENT_RETURN_IF_API_ERROR(parse_tool_choice(j, &out->tool_choice));
     if (auto it = j.find("tools"); it != j.end() && it->is_array() && !it->empty()) {
       // Parsed again in order: templates print the tools with tojson, key order included.
       auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);

@@ -36,6 +36,13 @@ struct ImageRef {
   int message_index = 0;
 };
 
+// What a chat request asks of its tools, with vLLM's rules: tools given without tool_choice
+// mean "auto". "required" and a named function are refused (they need guided decoding).
+enum class ToolChoice {
+  kNone,  // no tools, an empty list, or tool_choice "none": the tools only reach the template
+  kAuto,  // the model may call a tool: its output is parsed for calls (--tool-call-parser)
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // "" when absent
@@ -46,8 +53,11 @@ struct GenerationRequest {
   // kChat: the image_url parts of all messages in order, one per image part of `messages`.
   std::vector<ImageRef> images;
   // kChat: add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs
-  // and (with tool_choice "none") tools, as the request gives them.
+  // and tools, as the request gives them.
   ChatRenderOptions chat_render;
+  // kChat. Whether the server can parse calls (kAuto) is checked by the server, which knows
+  // its --tool-call-parser.
+  ToolChoice tool_choice = ToolChoice::kNone;
   engine::SamplingParams sampling;
   bool max_tokens_given = false;
   bool stream = false;
@@ -68,8 +78,8 @@ struct GenerationRequest {
 // the chat template's own refusals (an unknown role, a syntax error) come when it renders. Image
 // URLs are not fetched or checked beyond being non-empty strings; logit_bias ids and min_tokens
 // against a defaulted max_tokens are checked once the engine is known. Fields crescent knows but
-// does not implement (best_of, response_format, tools, guided decoding, ...) are a 400 naming them
-// unless they ask for nothing; fields it does not know are ignored.
+// does not implement (best_of, response_format, tool_choice "required", guided decoding, ...) are
+// a 400 naming them unless they ask for nothing; fields it does not know are ignored.
 std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
                                                  GenerationRequest* out);
 

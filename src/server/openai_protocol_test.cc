@@ -264,9 +264,6 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
       R"("response_format":{"type":"json_object"})",
       R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
       R"("response_format":{"type":"text","extra":1})",
-      R"("tools":[{"type":"function","function":{"name":"f"}}])",
-      R"("tool_choice":"auto")",
-      R"("tool_choice":{"type":"function","function":{"name":"f"}})",
       R"("functions":[{"name":"f"}])",
       R"("function_call":"auto")",
       R"("documents":[])",
@@ -425,7 +422,8 @@ TEST(OpenAiProtocolTest, ChatTemplateFields) {
   }
   // The chat-only fields on /v1/completions: a 400 naming them unless they ask for nothing.
   for (const char* field : {R"("chat_template":"x")", R"("chat_template_kwargs":{"a":1})",
-                            R"("continue_final_message":true)"}) {
+                            R"("continue_final_message":true)", R"("tool_choice":"auto")",
+                            R"("tools":[{"type":"function","function":{"name":"f"}}])"}) {
     const std::string body = std::string(R"({"prompt":"x",)") + field + "}";
     ApiError e = parse_error(body);
     EXPECT_NE(e.message.find("applies only to /v1/chat/completions"), std::string::npos)
@@ -433,9 +431,9 @@ TEST(OpenAiProtocolTest, ChatTemplateFields) {
   }
 }
 
-// With tool_choice "none" the tools only reach the template (nothing to parse from the
-// output), in the order the client wrote them; otherwise they stay refused.
-TEST(OpenAiProtocolTest, ToolsReachTheTemplateOnlyWithToolChoiceNone) {
+// The tools reach the template in the order the client wrote them, whatever tool_choice says;
+// tool_choice follows vLLM's rules ("auto" when tools are given without it).
+TEST(OpenAiProtocolTest, ToolsReachTheTemplateAndToolChoiceFollowsVllm) {
   auto r = parse_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
       "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
       "properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}}]})",
@@ -443,31 +441,69 @@ TEST(OpenAiProtocolTest, ToolsReachTheTemplateOnlyWithToolChoiceNone) {
   ASSERT_TRUE(r.chat_render.tools.is_array());
   EXPECT_EQ(r.chat_render.tools[0]["function"]["parameters"]["properties"].dump(),
             R"({"z":{"type":"string"},"a":{"type":"integer"}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
   EXPECT_TRUE(parse_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
       "tools":[]})",
                        Endpoint::kChat)
                   .chat_render.tools.is_null());
 
-  const std::tuple<const char*, Endpoint, const char*> refused[] = {
-      {R"({"messages":[{"role":"user","content":"x"}],
-          "tools":[{"type":"function","function":{"name":"f"}}]})",
-       Endpoint::kChat, "tools"},
-      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto",
-          "tools":[{"type":"function","function":{"name":"f"}}]})",
-       Endpoint::kChat, "tools"},
+  const std::pair<const char*, ToolChoice> accepted[] = {
+      {R"("tools":[{"type":"function","function":{"name":"f"}}])", ToolChoice::kAuto},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto")",
+       ToolChoice::kAuto},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":null)",
+       ToolChoice::kAuto},
+      {R"("tools":[],"tool_choice":"auto")", ToolChoice::kNone},
+      {R"("tools":[],"tool_choice":"required")", ToolChoice::kNone},
+      {R"("tools":[])", ToolChoice::kNone},
+      {R"("tool_choice":"none")", ToolChoice::kNone},
+  };
+  for (const auto& [fields, want] : accepted) {
+    const std::string body =
+        std::string(R"({"messages":[{"role":"user","content":"x"}],)") + fields + "}";
+    EXPECT_EQ(parse_ok(body, Endpoint::kChat).tool_choice, want) << body;
+  }
+
+  const std::tuple<const char*, Endpoint, const char*, const char*> refused[] = {
       {R"({"prompt":"x","tool_choice":"none",
           "tools":[{"type":"function","function":{"name":"f"}}]})",
-       Endpoint::kCompletions, "tools"},
+       Endpoint::kCompletions, "tools", "applies only to"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
           "tools":[{"type":"function","function":{}}]})",
-       Endpoint::kChat, "tools"},
+       Endpoint::kChat, "tools", "each tool must be"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tools":[{"type":"function","function":{"name":""}}]})",
+       Endpoint::kChat, "tools", "each tool must be"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tools":[{"type":"retrieval","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tools", "each tool must be"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}]})",
+       Endpoint::kChat, "tools", "'parameters' must be a JSON Schema object"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none","tools":{}})",
-       Endpoint::kChat, "tools"},
+       Endpoint::kChat, "tools", "must be a list"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})", Endpoint::kChat,
+       "tool_choice", "needs 'tools'"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes",
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tool_choice", "must be \"none\""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required",
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tool_choice", "guided decoding"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tool_choice":{"type":"function","function":{"name":"f"}},
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tool_choice", "naming a function is not supported"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tool_choice":{"type":"function","function":{"name":"g"}},
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tool_choice", "'g', which is not in 'tools'"},
   };
-  for (const auto& [body, endpoint, param] : refused) {
+  for (const auto& [body, endpoint, param, want] : refused) {
     ApiError e = parse_error(body, endpoint);
     EXPECT_EQ(e.http_status, 400) << body;
     EXPECT_EQ(e.param, param) << body << " -> " << e.message;
+    EXPECT_NE(e.message.find(want), std::string::npos) << body << " -> " << e.message;
   }
 }
 

@@ -118,6 +118,34 @@ json shape_logprobs(const EngineClient& engine, const std::vector<TokenLogprobs>
               {"text_offset", std::move(text_offsets)}};
 }
 
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+// OpenAI's streamed shape of complete calls: for each, a delta with its index, id, type and
+// name, then one with all its arguments (crescent sends a call once its markup has ended).
+void append_tool_call_deltas(const std::vector<ToolCall>& calls, int* num_sent,
+                             std::vector<json>* deltas) {
+  for (const ToolCall& call : calls) {
+    const int index = (*num_sent)++;
+    deltas->push_back({{"tool_calls", json::array({{{"index", index},
+                                                    {"id", call.id},
+                                                    {"type", "function"},
+                                                    {"function", {{"name", call.name}}}}})}});
+    deltas->push_back(
+        {{"tool_calls",
+          json::array({{{"index", index}, {"function", {{"arguments", call.arguments}}}}})}});
+  }
+}
+
+// vLLM's finish reason once calls were parsed: "tool_calls" for an output that ended on its
+// own or at max_tokens.
+json finish_reason_with_calls(const json& finish_reason) {
+  return finish_reason == "stop" || finish_reason == "length" ? json("tool_calls") : finish_reason;
+}
+
 }  // namespace
 
 // One generation request from arrival to its last byte.
@@ -137,6 +165,11 @@ struct OpenAiServer::Call {
   std::vector<TokenLogprobs> logprobs;
   size_t text_offset = 0;
   bool sent_first_chunk = false;
+  // Chat with tool_choice "auto" on a server with a tool parser: the calls are parsed from the
+  // output (whole: at the end; streamed: by tool_streamer).
+  bool parses_tool_calls = false;
+  std::unique_ptr<ToolCallStreamer> tool_streamer;
+  int num_tool_calls_sent = 0;
   std::mutex mu;  // orders the stream's start before its first output
 };
 
@@ -148,6 +181,9 @@ OpenAiServer::~OpenAiServer() {
 
 Result<std::unique_ptr<OpenAiServer>> OpenAiServer::start(OpenAiServerOptions options) {
   std::unique_ptr<OpenAiServer> server(new OpenAiServer(options));
+  if (!options.tool_call_parser.empty()) {
+    ASSIGN_OR_RETURN(server->tool_parser_, make_tool_parser(options.tool_call_parser));
+  }
   OpenAiServer* self = server.get();
   ASSIGN_OR_RETURN(
       server->http_,
@@ -331,6 +367,28 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   }
   if (is_encoder) {
     return handle_encode(request, std::move(writer), std::move(call), chat);
+  }
+  if (req.tool_choice == ToolChoice::kAuto) {
+    // A prefill server's output is thrown away (the decode server parses the calls), so it
+    // needs no parser: P/D pairs need the flags on the decode side only.
+    const bool has_flag = options_.enable_auto_tool_choice;
+    const bool has_parser = tool_parser_ != nullptr;
+    if (!req.kv_transfer.do_remote_decode && !(has_flag && has_parser)) {
+      const std::string missing = !has_flag && !has_parser ? "--enable-auto-tool-choice and "
+                                                             "--tool-call-parser"
+                                  : !has_flag              ? "--enable-auto-tool-choice"
+                                                           : "--tool-call-parser";
+      return fail(bad_request(
+          R"('tool_choice' "auto" (the default when 'tools' are given) needs the server started )"
+          "with --enable-auto-tool-choice and --tool-call-parser (" +
+              tool_parser_names() + "); this server lacks " + missing +
+              R"(. Send "tool_choice": "none" to only show the tools to the model.)",
+          "tool_choice"));
+    }
+    call->parses_tool_calls = has_flag && has_parser && !req.kv_transfer.do_remote_decode;
+    if (call->parses_tool_calls && req.stream) {
+      call->tool_streamer = tool_parser_->start_stream();
+    }
   }
 
   // EPD: the encoder outputs this request's images may take instead of encoding here.
@@ -700,18 +758,49 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
     if (out.finished && out.finish_reason == "error") {
       send_event(error_json(generation_error(out, req.kv_transfer)));
     } else if (!out.new_text.empty() || !out.new_token_ids.empty() || out.finished) {
-      json choice = {{"index", 0}, {"logprobs", output_logprobs}, {"finish_reason", finish_reason}};
-      if (chat) {
-        choice["delta"] = out.new_text.empty() ? json::object() : json{{"content", out.new_text}};
-      } else {
-        choice["text"] = out.new_text;
-        choice["stop_reason"] = stop_reason;
+      // Chat: the deltas of this output in order (content, then each call that completed);
+      // logprobs go on the first, the finish reason on the last.
+      std::vector<json> deltas;
+      if (chat && call->tool_streamer != nullptr) {
+        ToolStreamDelta d = call->tool_streamer->push(out.new_text);
+        if (out.finished) {
+          ToolStreamDelta rest = call->tool_streamer->finish();
+          d.content += rest.content;
+          for (ToolCall& c : rest.calls) {
+            d.calls.push_back(std::move(c));
+          }
+        }
+        if (!d.content.empty()) {
+          deltas.push_back({{"content", std::move(d.content)}});
+        }
+        append_tool_call_deltas(d.calls, &call->num_tool_calls_sent, &deltas);
+        if (call->num_tool_calls_sent > 0) {
+          finish_reason = finish_reason_with_calls(finish_reason);
+        }
+      } else if (chat && !out.new_text.empty()) {
+        deltas.push_back({{"content", out.new_text}});
       }
-      json c = chunk(json::array({choice}), out.num_output_tokens);
-      if (out.finished && req.kv_transfer_params) {
-        c["kv_transfer_params"] = *req.kv_transfer_params;
+      if (deltas.empty()) {
+        deltas.push_back(json::object());
       }
-      send_event(c);
+      const size_t num_chunks = chat ? deltas.size() : 1;
+      for (size_t i = 0; i < num_chunks; ++i) {
+        const bool is_last = i + 1 == num_chunks;
+        json choice = {{"index", 0},
+                       {"logprobs", i == 0 ? output_logprobs : json(nullptr)},
+                       {"finish_reason", is_last ? finish_reason : json(nullptr)}};
+        if (chat) {
+          choice["delta"] = std::move(deltas[i]);
+        } else {
+          choice["text"] = out.new_text;
+          choice["stop_reason"] = stop_reason;
+        }
+        json c = chunk(json::array({choice}), out.num_output_tokens);
+        if (is_last && out.finished && req.kv_transfer_params) {
+          c["kv_transfer_params"] = *req.kv_transfer_params;
+        }
+        send_event(c);
+      }
     }
     if (out.finished) {
       if (req.include_usage) {
@@ -743,6 +832,18 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
                        {"stop_reason", stop_reason}};
         if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", call->text}};
+          if (call->parses_tool_calls) {
+            ExtractedToolCalls parsed = tool_parser_->extract(call->text);
+            if (!parsed.calls.empty()) {
+              choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+              json calls = json::array();
+              for (const ToolCall& c : parsed.calls) {
+                calls.push_back(tool_call_json(c));
+              }
+              choice["message"]["tool_calls"] = std::move(calls);
+              choice["finish_reason"] = finish_reason_with_calls(finish_reason);
+            }
+          }
         } else {
           choice["text"] = call->text;
         }

@@ -20,6 +20,7 @@
 #include "server/engine_client.h"
 #include "server/metrics.h"
 #include "server/multimodal_processor.h"
+#include "server/tool_parsers/tool_parser.h"
 
 namespace crescent::server {
 
@@ -33,10 +34,16 @@ struct OpenAiServerOptions {
   std::function<void(std::string*)> extra_metrics;
   // Threads that fetch, decode and preprocess request images (vision-language models).
   int num_media_threads = 2;
+  // vLLM's --enable-auto-tool-choice and --tool-call-parser: chat requests with tools and
+  // tool_choice "auto" (the default when tools are given) are answered with the calls parsed
+  // from the output; without both they are a 400 (a prefill-only request excepted).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;  // "" or a make_tool_parser() name
 };
 
 class OpenAiServer {
  public:
+  // InvalidArgument for an unknown tool_call_parser.
   static Result<std::unique_ptr<OpenAiServer>> start(OpenAiServerOptions options);
   ~OpenAiServer();  // stop()
 
@@ -90,6 +97,7 @@ class OpenAiServer {
   OpenAiServerOptions options_;
   std::unique_ptr<net::http::Server> http_;
   std::atomic<EngineClient*> engine_{nullptr};
+  std::unique_ptr<ToolParser> tool_parser_;  // from options_.tool_call_parser; immutable
   // Written once before engine_ is set; read only after engine_ was seen non-null.
   std::shared_ptr<const MultimodalProcessor> multimodal_;
   // Written once before the server is ready (set_ec_puller / set_encoder).

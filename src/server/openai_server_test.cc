@@ -203,8 +203,8 @@ TEST_F(OpenAiServerTest, ChatTemplateInputsReachTheEngine) {
   EXPECT_EQ(json::parse(r.body)["error"]["param"], "continue_final_message");
   r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
       "tools":[{"type":"function","function":{"name":"f"}}]})");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tools");
+  EXPECT_EQ(r.status, 400);  // tool_choice "auto" without --enable-auto-tool-choice
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tool_choice");
 }
 
 TEST_F(OpenAiServerTest, KvTransferParamsAndLogprobsComeBack) {
