@@ -21,6 +21,7 @@
 #include "apps/serve_deployment.h"
 #include "core/clock.h"
 #include "server/openai_server.h"
+#include "server/tool_parsers/tool_parser.h"
 
 namespace crescent::apps {
 namespace {
@@ -74,6 +75,8 @@ struct ServeFlags {
   int io_threads = 2;
   int64_t max_body_mb = 32;
   double drain_timeout_s = 30;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 
   void add_to(FlagParser& flags) {
     flags.add("host", &host, "address to listen on");
@@ -84,6 +87,24 @@ struct ServeFlags {
     flags.add("max-body-mb", &max_body_mb, "largest request body accepted (larger: 413)");
     flags.add("drain-timeout-s", &drain_timeout_s,
               "on SIGTERM, how long in-flight requests may take to finish before they are aborted");
+    flags.add("enable-auto-tool-choice", &enable_auto_tool_choice,
+              "answer chat requests with tools and tool_choice \"auto\" (the default when tools "
+              "are given) with the tool calls parsed from the output; needs --tool-call-parser");
+    flags.add("tool-call-parser", &tool_call_parser,
+              "how tool calls are written in the model's output: hermes (Qwen2.5, Qwen3, "
+              "Hermes) or llama3_json (Llama 3.1/3.2 JSON tool calling)");
+  }
+
+  // vLLM's rule: the flag without a parser cannot work, so it stops the start.
+  Status validate() const {
+    if (enable_auto_tool_choice && tool_call_parser.empty()) {
+      return invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (" +
+                              server::tool_parser_names() + ")");
+    }
+    if (!tool_call_parser.empty()) {
+      RETURN_IF_ERROR(server::make_tool_parser(tool_call_parser).status());
+    }
+    return Status::ok();
   }
 };
 
@@ -98,7 +119,8 @@ int run_serve(const std::vector<std::string>& args) {
       "[--port 8000] [--served-model-name N] [--kv-transport shm|tcp|ucx] "
       "[--kv-transfer-timeout S] [--bootstrap-port 8998 | --bootstrap-addr URL] "
       "[--data-parallel-size N] [--max-model-len N] [--max-num-seqs N] [--threads N] "
-      "[--chat-template FILE|STRING]",
+      "[--chat-template FILE|STRING] [--enable-auto-tool-choice --tool-call-parser "
+      "hermes|llama3_json]",
       "Serves one model over the OpenAI HTTP API: /v1/completions, /v1/chat/completions,\n"
       "/v1/models, /health (503 until loaded), /metrics (Prometheus). SIGTERM or SIGINT stop\n"
       "accepting, let requests finish for --drain-timeout-s, abort the rest and exit 0.\n"
@@ -106,9 +128,11 @@ int run_serve(const std::vector<std::string>& args) {
       "Chat: messages are rendered with the model's chat template (or --chat-template's) as\n"
       "transformers renders them; requests may send chat_template, chat_template_kwargs (e.g.\n"
       "{\"enable_thinking\": false}), add_generation_prompt, continue_final_message, roles the\n"
-      "template knows (developer, tool) and assistant tool_calls. tools reach the template\n"
-      "only with tool_choice \"none\" (tool calls are not parsed from the output yet), else\n"
-      "they are refused. See docs/server.md.\n"
+      "template knows (developer, tool) and assistant tool_calls. tools always reach the\n"
+      "template; with tool_choice \"auto\" (the default when tools are given) the server needs\n"
+      "--enable-auto-tool-choice and --tool-call-parser, and answers with the calls parsed\n"
+      "from the output as tool_calls (streamed too); \"required\" and a named function are\n"
+      "refused (no guided decoding yet). See docs/server.md.\n"
       "\n"
       "Disaggregation: start `--role prefill` (hosts the bootstrap server on --bootstrap-port)\n"
       "and `--role decode`, then `crescent proxy --prefill URL BOOTSTRAP_PORT --decode URL`.\n"
@@ -131,6 +155,10 @@ int run_serve(const std::vector<std::string>& args) {
   ec.add_to(flags);
   if (int code = flags.parse_or_exit_code(args); code >= 0) {
     return code;
+  }
+  if (Status s = serve.validate(); !s.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
   }
   if (Status s = disagg.validate(); !s.is_ok()) {
     std::fprintf(stderr, "error: %s\n", s.message().c_str());
@@ -159,6 +187,8 @@ int run_serve(const std::vector<std::string>& args) {
   options.http.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(1, serve.max_body_mb))
                                 << 20;
   options.served_model_name = serve.served_model_name;
+  options.enable_auto_tool_choice = serve.enable_auto_tool_choice;
+  options.tool_call_parser = serve.tool_call_parser;
   if (options.served_model_name.empty()) {
     std::string m = model_flags.model;
     while (m.size() > 1 && m.back() == '/') {
