@@ -36,6 +36,18 @@ TEST(RequestRewriteTest, DecodeBodyIsTheClientsWithKvTransferParams) {
             R"("remote_engine_id":"e1","transfer_id":"xfer-9"},"stream":true,"n":1})");
 }
 
+// Tools reach both sides as the client wrote them: P renders the same prompt (its template
+// shows the tools), D renders it too and parses the calls from its output.
+TEST(RequestRewriteTest, ToolsAndToolChoiceReachBothSides) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+      R"("properties":{"z":{},"a":{}}}}}],"tool_choice":"auto")";
+  auto body = parse_client_body(R"({"messages":[{"role":"user","content":"x"}],)" + tools + "}");
+  ASSERT_TRUE(body.is_ok());
+  EXPECT_NE(prefill_body(*body, "t").find(tools), std::string::npos) << prefill_body(*body, "t");
+  EXPECT_NE(decode_body(*body, "t", {}).find(tools), std::string::npos);
+}
+
 TEST(RequestRewriteTest, UnicodeAndNumbersSurvive) {
   auto body =
       parse_client_body(R"({"prompt":"h\u00e9 ✓","temperature":0.7,"seed":18446744073709551615})");
