@@ -141,6 +141,27 @@ TEST(TokenizerTest, DecodeSkipsSpecialAndUnknownIds) {
   EXPECT_EQ(q.decode(ids, true), "Hello");
 }
 
+// The hermes tool-call parser reads <tool_call> blocks from the decoded text: in Qwen's
+// tokenizers they are added tokens that are not special, so skip_special_tokens (the
+// server's default) keeps them, whole and streamed.
+TEST(TokenizerTest, ToolCallTagsSurviveSkipSpecialTokens) {
+  const Tokenizer& q = tokenizer(kQwen3);
+  const std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  auto ids = q.encode(text, false);
+  ASSERT_TRUE(ids.is_ok());
+  const auto open = q.token_to_id("<tool_call>");
+  const auto close = q.token_to_id("</tool_call>");
+  ASSERT_TRUE(open.has_value() && close.has_value());
+  EXPECT_FALSE(q.is_special(*open));
+  EXPECT_FALSE(q.is_special(*close));
+  EXPECT_EQ(ids->front(), *open);
+  EXPECT_EQ(ids->back(), *close);
+  std::vector<int32_t> with_end = *ids;
+  with_end.push_back(151645);  // <|im_end|>, special: skipped
+  EXPECT_EQ(q.decode(with_end, /*skip_special_tokens=*/true), text);
+  EXPECT_EQ(streamed(q, with_end, /*skip_special_tokens=*/true), text);
+}
+
 TEST(TokenizerTest, StreamingHoldsBackIncompleteCharacters) {
   const Tokenizer& q = tokenizer(kQwen3);
   // Pick a rare character that Qwen splits into several byte tokens.
