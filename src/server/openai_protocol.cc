@@ -853,6 +853,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
       CRESCENT_RETURN_IF_API_ERROR(check_tools(*it));
     }
     CRESCENT_RETURN_IF_API_ERROR(parse_tool_choice(j, &out->tool_choice));
+    CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "parallel_tool_calls", &out->parallel_tool_calls));
     if (auto it = j.find("tools"); it != j.end() && it->is_array() && !it->empty()) {
       // Parsed again in order: templates print the tools with tojson, key order included.
       auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);

@@ -58,6 +58,8 @@ struct GenerationRequest {
   // kChat. Whether the server can parse calls (kAuto) is checked by the server, which knows
   // its --tool-call-parser.
   ToolChoice tool_choice = ToolChoice::kNone;
+  // kChat, OpenAI's parallel_tool_calls: false keeps only the first call parsed.
+  bool parallel_tool_calls = true;
   engine::SamplingParams sampling;
   bool max_tokens_given = false;
   bool stream = false;

@@ -1,5 +1,6 @@
 #include "server/openai_server.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -773,6 +774,9 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
         if (!d.content.empty()) {
           deltas.push_back({{"content", std::move(d.content)}});
         }
+        if (!req.parallel_tool_calls) {
+          d.calls.resize(std::min<size_t>(d.calls.size(), call->num_tool_calls_sent > 0 ? 0 : 1));
+        }
         append_tool_call_deltas(d.calls, &call->num_tool_calls_sent, &deltas);
         if (call->num_tool_calls_sent > 0) {
           finish_reason = finish_reason_with_calls(finish_reason);
@@ -834,6 +838,9 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
           choice["message"] = {{"role", "assistant"}, {"content", call->text}};
           if (call->parses_tool_calls) {
             ExtractedToolCalls parsed = tool_parser_->extract(call->text);
+            if (!req.parallel_tool_calls && parsed.calls.size() > 1) {
+              parsed.calls.resize(1);
+            }
             if (!parsed.calls.empty()) {
               choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
               json calls = json::array();

@@ -228,6 +228,21 @@ TEST_F(ToolCallServerTest, HermesCallsWholeAndStreamedAgree) {
   EXPECT_NE(a.calls[0]["id"], a.calls[1]["id"]);
 }
 
+TEST_F(ToolCallServerTest, ParallelToolCallsFalseKeepsTheFirstCall) {
+  start(true, "hermes");
+  auto r = post(chat_body("weather", R"(,"parallel_tool_calls":false)"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json message = json::parse(r.body)["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  Assembled a =
+      assemble(stream(chat_body("weather", R"(,"parallel_tool_calls":false,"stream":true)")));
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(a.finish_reason, "tool_calls");
+  EXPECT_EQ(post(chat_body("weather", R"(,"parallel_tool_calls":"no")")).status, 400);
+}
+
 TEST_F(ToolCallServerTest, PlainAndMalformedOutputStaysContent) {
   start(true, "hermes");
   // No scripted reply: the fake's words, finish_reason as the engine said.
