@@ -105,7 +105,8 @@ TEST(ChatTemplateServeTest, RequestInputsChangeTheRenderedPrompt) {
   EXPECT_GT(server.chat_prompt_tokens({{"messages", history}}), base + 10);
 
   // With tool_choice "none", the tools are rendered (Qwen3's template lists them in a system
-  // turn); without it they are refused, as no tool call would be parsed from the output.
+  // turn); without it they mean "auto", refused by a server without --enable-auto-tool-choice
+  // (tests/server/openai_tools_node_test runs one with it).
   const json tools =
       json::array({{{"type", "function"},
                     {"function",
@@ -120,7 +121,7 @@ TEST(ChatTemplateServeTest, RequestInputsChangeTheRenderedPrompt) {
   json e =
       server.post("/v1/chat/completions", {{"messages", user("x")}, {"tools", tools}}, &status);
   EXPECT_EQ(status, 400) << e.dump();
-  EXPECT_EQ(e["error"]["param"], "tools") << e.dump();
+  EXPECT_EQ(e["error"]["param"], "tool_choice") << e.dump();
 
   // The template's refusals and syntax errors are 400s with its message.
   e = server.post("/v1/chat/completions", {{"messages", user("x")}, {"chat_template", "{% if %}"}},
