@@ -220,6 +220,88 @@ TEST(Llama3JsonToolParserTest, AnythingElseIsContent) {
   }
 }
 
+// Random texts built from markup pieces, streamed in random pieces: no crash, and whenever
+// extract() finds calls (so all markup was well-formed) or streaming sends none, the two
+// agree. (They may differ only when a call was sent before later markup turned out bad.)
+TEST(ToolParserTest, RandomMarkupStreamsLikeExtract) {
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "<tool_",
+                                           "call>",
+                                           "<|python_tag|>",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"name\"",
+                                           "\"arguments\"",
+                                           "\"parameters\"",
+                                           ":",
+                                           ",",
+                                           ";",
+                                           " ",
+                                           "\n",
+                                           "\"f\"",
+                                           "\"",
+                                           "\\",
+                                           "1",
+                                           "x",
+                                           "é",
+                                           "{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}",
+                                           "{\"name\": \"g\", \"parameters\": {}}"};
+  uint64_t x = 88172645463325252ull;
+  auto next = [&](uint64_t n) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x % n;
+  };
+  int num_with_calls = 0;
+  for (const char* name : {"hermes", "llama3_json"}) {
+    auto p = parser(name);
+    for (int i = 0; i < 3000; ++i) {
+      std::string text;
+      const uint64_t n = next(12);
+      for (uint64_t k = 0; k < n; ++k) {
+        text += pieces[next(pieces.size())];
+      }
+      // Half the time: well-formed calls in this parser's format after that text (hermes) or
+      // instead of it (llama3_json), then maybe one more random piece.
+      if (next(2) == 0) {
+        const std::string ws[] = {"", " ", "\n", "\n\n "};
+        const uint64_t num_calls = 1 + next(3);
+        if (std::string_view(name) == "hermes") {
+          for (uint64_t k = 0; k < num_calls; ++k) {
+            text += "<tool_call>" + ws[next(4)] + pieces[pieces.size() - 1 - next(2)] +
+                    ws[next(4)] + "</tool_call>" + ws[next(4)];
+          }
+        } else {
+          text = ws[next(4)] + (next(2) == 0 ? "<|python_tag|>" : "");
+          for (uint64_t k = 0; k < num_calls; ++k) {
+            text += (k > 0 ? ";" + ws[next(4)] : "") + pieces[pieces.size() - 1 - next(2)];
+          }
+          text += next(2) == 0 ? ";" : ws[next(4)];
+        }
+        if (next(4) == 0) {
+          text += pieces[next(pieces.size())];
+        }
+      }
+      std::vector<size_t> cuts;
+      for (size_t at = 1; at < text.size(); at += 1 + next(6)) {
+        cuts.push_back(at);
+      }
+      const ExtractedToolCalls whole = p->extract(text);
+      const Streamed streamed = stream(*p, text, cuts);
+      if (!whole.calls.empty() || streamed.calls.empty()) {
+        EXPECT_EQ(streamed.content, whole.content.value_or("")) << name << ": " << text;
+        EXPECT_EQ(calls_of(streamed.calls), calls_of(whole.calls)) << name << ": " << text;
+      }
+      num_with_calls += whole.calls.empty() ? 0 : 1;
+    }
+  }
+  EXPECT_GT(num_with_calls, 1000);  // the pieces make calls often enough to test something
+}
+
 TEST(ToolParserTest, UnknownNameIsAnError) {
   auto p = make_tool_parser("mistral");
   ASSERT_FALSE(p.is_ok());
