@@ -124,6 +124,7 @@ Status FakeEngineClient::submit(std::string request_id, std::vector<int32_t> pro
     return already_exists("request id " + request_id + " is in use");
   }
   last_submit_options_ = submit_options;
+  last_sampling_ = sampling;
   Sequence seq;
   seq.prompt = std::move(prompt_token_ids);
   seq.sampling = std::move(sampling);
@@ -234,6 +235,11 @@ void FakeEngineClient::run() {
     }
     lock.lock();
   }
+}
+
+engine::SamplingParams FakeEngineClient::last_sampling() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_sampling_;
 }
 
 SubmitOptions FakeEngineClient::last_submit_options() const {

@@ -45,6 +45,7 @@ class FakeEngineClient : public EngineClient {
 
   // The options of the last accepted submit(), for tests of the server's parsing.
   SubmitOptions last_submit_options() const;
+  engine::SamplingParams last_sampling() const;
   // What the last render_chat() was given.
   std::vector<ChatMessage> last_render_messages() const;
   ChatRenderOptions last_render_options() const;
@@ -69,6 +70,7 @@ class FakeEngineClient : public EngineClient {
   std::map<std::string, Sequence> running_;
   EngineMetrics metrics_;
   SubmitOptions last_submit_options_;
+  engine::SamplingParams last_sampling_;
   mutable std::vector<ChatMessage> last_render_messages_;  // set by the const render_chat()
   mutable ChatRenderOptions last_render_options_;
   bool stop_ = false;

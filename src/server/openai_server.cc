@@ -387,6 +387,9 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
           "tool_choice"));
     }
     call->parses_tool_calls = has_flag && has_parser && !req.kv_transfer.do_remote_decode;
+    if (call->parses_tool_calls && tool_parser_->needs_special_tokens()) {
+      req.sampling.skip_special_tokens = false;  // as vLLM's hermes parser does
+    }
     if (call->parses_tool_calls && req.stream) {
       call->tool_streamer = tool_parser_->start_stream();
     }

@@ -226,6 +226,10 @@ TEST_F(ToolCallServerTest, HermesCallsWholeAndStreamedAgree) {
               json::parse(whole["function"]["arguments"].get<std::string>()));
   }
   EXPECT_NE(a.calls[0]["id"], a.calls[1]["id"]);
+  // The hermes markup may be special tokens: kept in the text, as vLLM does.
+  EXPECT_FALSE(engine_->last_sampling().skip_special_tokens);
+  post(chat_body("weather", R"(,"tool_choice":"none")"));
+  EXPECT_TRUE(engine_->last_sampling().skip_special_tokens);
 }
 
 TEST_F(ToolCallServerTest, ParallelToolCallsFalseKeepsTheFirstCall) {

@@ -18,6 +18,8 @@ class HermesToolParser : public ToolParser {
 
   ExtractedToolCalls extract(std::string_view output) const override;
   std::unique_ptr<ToolCallStreamer> start_stream() const override;
+  // <tool_call> is an ordinary added token in Qwen's tokenizers but special in some others.
+  bool needs_special_tokens() const override { return true; }
 };
 
 }  // namespace crescent::server

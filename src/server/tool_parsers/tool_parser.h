@@ -54,6 +54,9 @@ class ToolParser {
   // Malformed markup (bad JSON, a call without a name) makes the whole text content.
   virtual ExtractedToolCalls extract(std::string_view output) const = 0;
   virtual std::unique_ptr<ToolCallStreamer> start_stream() const = 0;
+  // True when the markup may be special tokens in some tokenizers, so that the output must be
+  // detokenized with skip_special_tokens false for the parser to see it (vLLM's rule).
+  virtual bool needs_special_tokens() const { return false; }
 };
 
 // "hermes" or "llama3_json"; InvalidArgument naming the known ones otherwise.
