@@ -1,5 +1,6 @@
 #include "server/tool_parsers/tool_parser.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/ids.h"

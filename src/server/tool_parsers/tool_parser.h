@@ -5,6 +5,7 @@
 // Pure text processing: no I/O, no engine. A parser is immutable and thread-safe; a streamer
 // belongs to one response.
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
