@@ -207,10 +207,13 @@ class GgufWriter {
 // and crescent.architecture (the HF architecture name).
 void add_gguf_model_metadata(GgufWriter& writer, const ModelConfig& config,
                              const std::string& model_name);
-// tokenizer.ggml.* keys from a Hugging Face tokenizer.json (byte-level BPE): model "gpt2",
-// tokens padded to vocab_size, token_type, merges, bos/eos ids.
+// tokenizer.ggml.* keys from a Hugging Face tokenizer.json (byte-level BPE): model "gpt2", pre
+// (the split regex's llama.cpp name), tokens padded to vocab_size with unused "[PADn]",
+// token_type (added tokens: special -> control, others user-defined), merges, bos/eos ids,
+// add_bos/add_eos_token as its post-processor does; tokenizer.chat_template when not empty.
+// Reading them back (tokenizer_gguf.h) gives the same ids as the tokenizer.json.
 Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenizer_json,
-                                   const ModelConfig& config);
+                                   const ModelConfig& config, std::string_view chat_template = {});
 
 // Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata; a
 // vision-language source's "visual.*" tensors are left out (they go to the mmproj file).
@@ -221,7 +224,7 @@ Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenize
 // progress (optional) is called with (bytes written, bytes total) as tensors are written.
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
                   const GgufWeightType& type, std::string_view tokenizer_json,
-                  const std::string& model_name,
+                  const std::string& model_name, std::string_view chat_template = {},
                   const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace crescent::model

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "model/gguf.h"
+#include "model/pretokenizer.h"
 
 namespace crescent::model {
 
@@ -217,12 +218,74 @@ void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& c, const std::str
     w.set_string("crescent.torch_dtype", c.torch_dtype);
 }
 
+namespace {
+
+// tokenizer.ggml.pre for a tokenizer.json: llama.cpp's name for its split regex (tokenizer_gguf.h
+// maps the names back), from the first Split or ByteLevel pre-tokenizer.
+std::string gguf_pre_tokenizer_name(const json& pre) {
+  if (!pre.is_object())
+    return "default";
+  const std::string type = pre.value("type", "");
+  if (type == "Sequence" && pre.contains("pretokenizers")) {
+    for (const json& sub : pre["pretokenizers"]) {
+      std::string name = gguf_pre_tokenizer_name(sub);
+      if (name != "default")
+        return name;
+    }
+    return "default";
+  }
+  if (type == "Split" && pre.contains("pattern") && pre["pattern"].contains("Regex")) {
+    const std::optional<SplitPattern> p =
+        recognize_split_pattern(pre["pattern"]["Regex"].get<std::string>());
+    if (p == SplitPattern::kQwen2)
+      return "qwen2";
+    if (p == SplitPattern::kLlama3)
+      return "llama-bpe";
+    if (p == SplitPattern::kGpt2)
+      return "gpt2";
+  }
+  if (type == "ByteLevel" && pre.value("use_regex", true))
+    return "gpt2";
+  return "default";
+}
+
+// The ids a TemplateProcessing post-processor puts before and after the text (tokenizer.json's
+// way of saying add_bos_token / add_eos_token).
+void template_special_ids(const json& post, std::vector<int64_t>* prefix,
+                          std::vector<int64_t>* suffix) {
+  if (!post.is_object())
+    return;
+  if (post.value("type", "") == "Sequence" && post.contains("processors")) {
+    for (const json& sub : post["processors"])
+      template_special_ids(sub, prefix, suffix);
+    return;
+  }
+  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single"))
+    return;
+  bool seen_sequence = false;
+  for (const json& item : post["single"]) {
+    if (item.contains("Sequence")) {
+      seen_sequence = true;
+    } else if (item.contains("SpecialToken")) {
+      const std::string name = item["SpecialToken"].value("id", "");
+      if (!post.contains("special_tokens") || !post["special_tokens"].contains(name))
+        continue;
+      for (const json& id : post["special_tokens"][name].value("ids", json::array()))
+        (seen_sequence ? suffix : prefix)->push_back(id.get<int64_t>());
+    }
+  }
+}
+
+}  // namespace
+
 Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_json,
-                                   const ModelConfig& c) {
+                                   const ModelConfig& c, std::string_view chat_template) {
   constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
   std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(c.vocab_size), 0);
   std::vector<std::string> merges;
+  std::string pre;
+  std::vector<int64_t> prefix, suffix;
   try {
     json tok = json::parse(tokenizer_json);
     const json& model = tok.at("model");
@@ -255,6 +318,8 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
         merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
       }
     }
+    pre = gguf_pre_tokenizer_name(tok.value("pre_tokenizer", json()));
+    template_special_ids(tok.value("post_processor", json()), &prefix, &suffix);
   } catch (const json::exception& e) {
     return invalid_argument(std::string("tokenizer.json: ") + e.what());
   }
@@ -264,9 +329,8 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
       types[i] = kUnused;
     }
   }
-  const bool is_llama = c.architecture == Architecture::kLlama;
   w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", is_llama ? "llama-bpe" : "qwen2");
+  w.set_string("tokenizer.ggml.pre", pre);
   w.set_string_array("tokenizer.ggml.tokens", tokens);
   w.set_i32_array("tokenizer.ggml.token_type", types);
   w.set_string_array("tokenizer.ggml.merges", merges);
@@ -275,19 +339,31 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
   if (!c.eos_token_ids.empty()) {
     w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids[0]));
   }
-  w.set_bool("tokenizer.ggml.add_bos_token", is_llama);
+  // What the tokenizer.json's post-processor adds, so both tokenizers give the same ids.
+  const bool add_bos = prefix.size() == 1 && c.bos_token_id && prefix[0] == *c.bos_token_id;
+  const bool add_eos =
+      suffix.size() == 1 && !c.eos_token_ids.empty() && suffix[0] == c.eos_token_ids[0];
+  if ((!prefix.empty() && !add_bos) || (!suffix.empty() && !add_eos)) {
+    return unimplemented(
+        "tokenizer.json: a post-processor adding other tokens than the model's BOS/EOS cannot "
+        "be written to GGUF");
+  }
+  w.set_bool("tokenizer.ggml.add_bos_token", add_bos);
+  w.set_bool("tokenizer.ggml.add_eos_token", add_eos);
+  if (!chat_template.empty())
+    w.set_string("tokenizer.chat_template", chat_template);
   return Status::ok();
 }
 
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
                   const GgufWeightType& type, std::string_view tokenizer_json,
-                  const std::string& model_name,
+                  const std::string& model_name, std::string_view chat_template,
                   const std::function<void(int64_t, int64_t)>& progress) {
   GgufWriter w(path);
   add_gguf_model_metadata(w, config, model_name);
   w.set_u32("general.file_type", gguf_file_type(type));
   w.set_u32("general.quantization_version", 2);
-  RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config));
+  RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config, chat_template));
 
   struct Plan {
     TensorView view;
