@@ -12,6 +12,7 @@ add_library(crescent_model_formats STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/presets.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/make_model.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer_gguf.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/quantize.cc
 )
 # kernels: the ggml reference quantisers (kernels/quants.h) behind the GGUF writer.
 # tokenizer: tokenizer_gguf.cc builds a Tokenizer from GGUF metadata.

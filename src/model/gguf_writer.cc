@@ -40,6 +40,13 @@ void GgufWriter::put_key(const std::string& key, GgufValueType type) {
   append<uint32_t>(kv_bytes_, static_cast<uint32_t>(type));
   ++num_kv_;
 }
+void GgufWriter::set_raw(const std::string& key, std::string_view type_and_value) {
+  CRESCENT_CHECK(!out_) << "GGUF metadata set after write_header";
+  CRESCENT_CHECK(type_and_value.size() >= 4) << "raw GGUF value without a type";
+  append_string(kv_bytes_, key);
+  kv_bytes_.insert(kv_bytes_.end(), type_and_value.begin(), type_and_value.end());
+  ++num_kv_;
+}
 void GgufWriter::set_u32(const std::string& key, uint32_t value) {
   put_key(key, GgufValueType::kUint32);
   append(kv_bytes_, value);
@@ -364,7 +371,12 @@ Status write_gguf(const std::string& path, const ModelConfig& config, const Tens
   w.set_u32("general.file_type", gguf_file_type(type));
   w.set_u32("general.quantization_version", 2);
   RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config, chat_template));
+  return write_gguf_tensors(w, config, source, type, progress);
+}
 
+Status write_gguf_tensors(GgufWriter& w, const ModelConfig& config, const TensorSource& source,
+                          const GgufWeightType& type,
+                          const std::function<void(int64_t, int64_t)>& progress) {
   struct Plan {
     TensorView view;
     DType out;
