@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "model/config.h"
 #include "model/make_model.h"
 #include "model/model_files.h"
 #include "model/unicode.h"
@@ -137,6 +138,43 @@ TEST_P(TokenizerGgufTest, LoneGgufOpensWithItsOwnTokenizer) {
   ASSERT_TRUE(beside.is_ok());
   EXPECT_EQ(beside->tokenizer_json_path, (dir / "tokenizer.json").string());
   EXPECT_TRUE(beside->tokenizer_gguf_path.empty());
+}
+
+// Llama-3.1's tokenizer.json adds <|begin_of_text|> with a TemplateProcessing post-processor:
+// the writer turns that into add_bos_token, and the GGUF tokenizer adds the same BOS.
+class TokenizerGgufLlama31Test : public TokenizerGgufTest {};
+
+TEST_F(TokenizerGgufLlama31Test, TemplateProcessingBosRoundTrips) {
+  const fs::path dir = made("tiny-llama");
+  auto text = read_file_to_string((dir / "tokenizer.json").string());
+  ASSERT_TRUE(text.is_ok());
+  nlohmann::json j = nlohmann::json::parse(*text);
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens",
+       {{"<|begin_of_text|>",
+         {{"id", "<|begin_of_text|>"}, {"ids", {128000}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
+  auto hf = Tokenizer::from_json(j.dump());
+  ASSERT_TRUE(hf.is_ok()) << hf.status().to_string();
+
+  const std::string path = (root() / "llama31.gguf").string();
+  GgufWriter w(path);
+  const ModelConfig config =
+      *parse_model_config(*read_file_to_string((dir / "config.json").string()));
+  ASSERT_TRUE(add_gguf_tokenizer_metadata(w, j.dump(), config).is_ok());
+  ASSERT_TRUE(w.finish().is_ok());
+  auto gguf = GgufFile::open(path);
+  ASSERT_TRUE(gguf.is_ok());
+  EXPECT_TRUE(*(*gguf)->get_bool("tokenizer.ggml.add_bos_token"));
+  auto t = tokenizer_from_gguf(**gguf);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  for (const std::string& s : kTexts) {
+    EXPECT_EQ(*t.value().tokenizer->encode(s), *(*hf)->encode(s)) << s;
+  }
+  EXPECT_EQ(t.value().tokenizer->encode("hi")->front(), 128000);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TokenizerGgufTest, ::testing::Values("tiny", "tiny-llama"));
