@@ -256,6 +256,27 @@ std::string gguf_pre_tokenizer_name(const json& pre) {
   return "default";
 }
 
+// True if the tokenizer.json is byte-level BPE (a ByteLevel pre-tokenizer or decoder), the only
+// kind tokenizer.ggml.model "gpt2" describes; SentencePiece-style BPE (Metaspace, byte fallback)
+// would be llama.cpp's "llama" model, which neither side here implements.
+bool is_byte_level(const json& tok) {
+  auto has_byte_level = [](const json& j, const char* list_key, auto&& self) -> bool {
+    if (!j.is_object())
+      return false;
+    if (j.value("type", "") == "ByteLevel")
+      return true;
+    if (j.contains(list_key) && j[list_key].is_array()) {
+      for (const json& sub : j[list_key]) {
+        if (self(sub, list_key, self))
+          return true;
+      }
+    }
+    return false;
+  };
+  return has_byte_level(tok.value("pre_tokenizer", json()), "pretokenizers", has_byte_level) ||
+         has_byte_level(tok.value("decoder", json()), "decoders", has_byte_level);
+}
+
 // The ids a TemplateProcessing post-processor puts before and after the text (tokenizer.json's
 // way of saying add_bos_token / add_eos_token).
 void template_special_ids(const json& post, std::vector<int64_t>* prefix,
@@ -296,8 +317,10 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
   try {
     json tok = json::parse(tokenizer_json);
     const json& model = tok.at("model");
-    if (model.value("type", "") != "BPE") {
-      return unimplemented("tokenizer.json: only BPE tokenizers can be written to GGUF");
+    if (model.value("type", "") != "BPE" || !is_byte_level(tok)) {
+      return unimplemented(
+          "tokenizer.json: only byte-level BPE tokenizers (GPT-2, Llama-3, Qwen) can be written "
+          "to GGUF; SentencePiece-style ones would need tokenizer.ggml.model 'llama'");
     }
     auto place = [&](int64_t id, const std::string& text, int32_t type) -> Status {
       if (id < 0 || id >= c.vocab_size) {
