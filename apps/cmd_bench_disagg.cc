@@ -40,6 +40,7 @@
 #include "apps/flags.h"
 #include "core/clock.h"
 #include "core/ids.h"
+#include "model/model_files.h"
 #include "model/tokenizer.h"
 #include "net/http/http_client.h"
 #include "transfer/shared_memory.h"
@@ -576,17 +577,8 @@ class DisaggBench {
 };
 
 Status DisaggBench::prepare_prompts() {
-  std::filesystem::path dir(o_.model);
-  if (!std::filesystem::is_directory(dir)) {
-    dir = dir.parent_path();
-  }
-  std::string tokenizer_path = (dir / "tokenizer.json").string();
-  if (!std::filesystem::exists(tokenizer_path)) {
-    return invalid_argument("--model " + o_.model + ": no tokenizer.json in " + dir.string() +
-                            " (prompts are random ids from the model's vocabulary)");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> tokenizer,
-                   model::Tokenizer::from_file(tokenizer_path));
+  // tokenizer.json beside the model, or a lone GGUF's own tokenizer.
+  ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> tokenizer, model::open_tokenizer(o_.model));
   std::vector<int32_t> allowed;
   for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
     if (!tokenizer->is_special(id) && !tokenizer->id_to_token(id).empty()) {
@@ -594,7 +586,7 @@ Status DisaggBench::prepare_prompts() {
     }
   }
   if (allowed.size() < 2) {
-    return invalid_argument("the tokenizer in " + tokenizer_path + " has no ordinary tokens");
+    return invalid_argument("the tokenizer of " + o_.model + " has no ordinary tokens");
   }
   // Random ids: distinct prompts share no full block, so no request hits a prefix cache.
   std::mt19937_64 rng(o_.seed);

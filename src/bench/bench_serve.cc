@@ -21,6 +21,7 @@
 #include "bench/progress_bar.h"
 #include "bench/report.h"
 #include "core/ids.h"
+#include "model/model_files.h"
 #include "model/tokenizer.h"
 #include "net/http/http_client.h"
 
@@ -146,14 +147,6 @@ Result<std::vector<SampleRequest>> make_prompts(const BenchServeOptions& o,
     return samples.status().with_context(o.dataset_path);
   }
   return samples;
-}
-
-std::string tokenizer_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return (std::filesystem::path(path) / "tokenizer.json").string();
-  }
-  return path;
 }
 
 std::string chart_title(const RunInfo& info, const BenchmarkMetrics& m, double duration_s) {
@@ -321,7 +314,7 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
     endpoint = "/v1/chat/completions";
   }
 
-  auto tokenizer_or = model::Tokenizer::from_file(tokenizer_file(o.tokenizer));
+  auto tokenizer_or = model::open_tokenizer(o.tokenizer);
   if (!tokenizer_or.is_ok()) {
     return tokenizer_or.status().with_context("loading the tokenizer of " + o.tokenizer);
   }

@@ -58,11 +58,6 @@ kernels::WeightFormat vision_weight_format(model::TransformerOptions::Weights w)
                                                        : kernels::WeightFormat::kBF16;
 }
 
-std::string directory_of(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 }  // namespace
 
 Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, ThreadPool& pool) {
@@ -99,9 +94,17 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   if (options.parts == ModelParts::kVisionTowerOnly) {
     return loaded;  // the language model's mapped files close here
   }
-  ASSIGN_OR_RETURN(loaded->tokenizer, model::Tokenizer::from_file(files.tokenizer_json_path));
-  if (!tokenizer_config_path.empty()) {
-    auto tmpl = model::ChatTemplate::from_tokenizer_config_file(tokenizer_config_path);
+  model::TokenizerConfig gguf_tokenizer_config;
+  ASSIGN_OR_RETURN(loaded->tokenizer, model::open_tokenizer(files, &gguf_tokenizer_config));
+  if (!files.tokenizer_gguf_path.empty()) {
+    CRESCENT_LOG(kInfo) << "tokenizer and chat template from " << files.tokenizer_gguf_path
+                        << "'s metadata (no tokenizer.json beside it)";
+  }
+  if (!tokenizer_config_path.empty() || !gguf_tokenizer_config.chat_template.empty()) {
+    Result<model::ChatTemplate> tmpl =
+        !tokenizer_config_path.empty()
+            ? model::ChatTemplate::from_tokenizer_config_file(tokenizer_config_path)
+            : model::ChatTemplate::from_config(std::move(gguf_tokenizer_config));
     if (tmpl.is_ok()) {
       loaded->chat_template = std::move(*tmpl);
     } else {
@@ -145,8 +148,7 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   for (int id : config.eos_token_ids) {
     e.eos_token_ids.push_back(id);
   }
-  merge_generation_config_eos(directory_of(loaded->model->files().tokenizer_json_path),
-                              e.eos_token_ids);
+  merge_generation_config_eos(loaded->model->files().directory, e.eos_token_ids);
   if (loaded->encoder_runner) {
     e.encoder_runner = loaded->encoder_runner.get();
     e.encoder_cache_tokens = options.encoder_cache_tokens;

@@ -349,6 +349,7 @@ Status GgufFile::parse() {
   for (uint64_t i = 0; i < num_kv; ++i) {
     ASSIGN_OR_RETURN(std::string_view key_view, c.read_string("metadata key"));
     std::string key(key_view);
+    const int64_t value_begin = c.pos();
     ASSIGN_OR_RETURN(uint32_t type_raw, c.read<uint32_t>("type of " + key));
     auto type = static_cast<GgufValueType>(type_raw);
     auto read_scalar = [&](GgufValueType t) -> Result<Scalar> {
@@ -404,6 +405,7 @@ Status GgufFile::parse() {
       }
       ref.count = static_cast<int64_t>(count);
       arrays_[key] = ref;
+      raw_entries_.push_back({key, value_begin, c.pos()});
       continue;
     }
     // Only well-formed scalars are readable; a read error above is reported through *value.
@@ -411,6 +413,7 @@ Status GgufFile::parse() {
       return c.truncated(key);
     ASSIGN_OR_RETURN(Scalar value, read_scalar(type));
     scalars_[key] = std::move(value);
+    raw_entries_.push_back({key, value_begin, c.pos()});
   }
 
   int64_t alignment = 32;
@@ -552,6 +555,16 @@ Result<TensorView> GgufFile::get(const std::string& hf_name) const {
   }
   v.data = buffer->data();
   return v;
+}
+
+std::vector<GgufFile::RawMetadata> GgufFile::raw_metadata() const {
+  std::vector<RawMetadata> out;
+  out.reserve(raw_entries_.size());
+  for (const RawEntry& e : raw_entries_) {
+    out.push_back({e.key, std::string_view(reinterpret_cast<const char*>(file_->data()) + e.begin,
+                                           static_cast<size_t>(e.end - e.begin))});
+  }
+  return out;
 }
 
 std::vector<std::string> GgufFile::names() const {

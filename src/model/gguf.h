@@ -123,6 +123,14 @@ class GgufFile : public TensorSource {
   // Arrays of F32 or F64 (read as the shortest decimal that gives the same float, as scalars).
   Result<std::vector<double>> get_float_array(const std::string& key) const;
 
+  // Every metadata entry in file order with its encoded bytes (the u32 value type, then the
+  // value), for copying into another file with GgufWriter::set_raw. Views into the mapping.
+  struct RawMetadata {
+    std::string key;
+    std::string_view type_and_value;
+  };
+  std::vector<RawMetadata> raw_metadata() const;
+
   const std::vector<GgufTensorInfo>& tensor_infos() const { return tensors_; }
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return version_; }
@@ -148,6 +156,12 @@ class GgufFile : public TensorSource {
   uint32_t version_ = 0;
   std::map<std::string, Scalar> scalars_;
   std::map<std::string, ArrayRef> arrays_;
+  struct RawEntry {
+    std::string key;
+    int64_t begin;  // file offsets of the type and value bytes
+    int64_t end;
+  };
+  std::vector<RawEntry> raw_entries_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> by_hf_name_;
   std::string architecture_;
@@ -174,6 +188,8 @@ class GgufWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& values);
   void set_f32_array(const std::string& key, const std::vector<float>& values);
+  // A value copied as encoded (GgufFile::raw_metadata): the u32 type, then the value bytes.
+  void set_raw(const std::string& key, std::string_view type_and_value);
 
   // Declares a tensor by GGUF name with its HF (row-major) shape.
   Status add_tensor(const std::string& gguf_name, DType dtype, std::vector<int64_t> hf_shape);
@@ -207,10 +223,13 @@ class GgufWriter {
 // and crescent.architecture (the HF architecture name).
 void add_gguf_model_metadata(GgufWriter& writer, const ModelConfig& config,
                              const std::string& model_name);
-// tokenizer.ggml.* keys from a Hugging Face tokenizer.json (byte-level BPE): model "gpt2",
-// tokens padded to vocab_size, token_type, merges, bos/eos ids.
+// tokenizer.ggml.* keys from a Hugging Face tokenizer.json (byte-level BPE): model "gpt2", pre
+// (the split regex's llama.cpp name), tokens padded to vocab_size with unused "[PADn]",
+// token_type (added tokens: special -> control, others user-defined), merges, bos/eos ids,
+// add_bos/add_eos_token as its post-processor does; tokenizer.chat_template when not empty.
+// Reading them back (tokenizer_gguf.h) gives the same ids as the tokenizer.json.
 Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenizer_json,
-                                   const ModelConfig& config);
+                                   const ModelConfig& config, std::string_view chat_template = {});
 
 // Converts every tensor of `source` to a GGUF file with the model and tokenizer metadata; a
 // vision-language source's "visual.*" tensors are left out (they go to the mmproj file).
@@ -221,7 +240,12 @@ Status add_gguf_tokenizer_metadata(GgufWriter& writer, std::string_view tokenize
 // progress (optional) is called with (bytes written, bytes total) as tensors are written.
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
                   const GgufWeightType& type, std::string_view tokenizer_json,
-                  const std::string& model_name,
+                  const std::string& model_name, std::string_view chat_template = {},
                   const std::function<void(int64_t, int64_t)>& progress = {});
+// write_gguf's second half: declares and writes the tensors into `writer`, whose metadata is
+// set (crescent quantize copies it from the input GGUF), then finishes the file.
+Status write_gguf_tensors(GgufWriter& writer, const ModelConfig& config, const TensorSource& source,
+                          const GgufWeightType& type,
+                          const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace crescent::model

@@ -24,7 +24,8 @@ constexpr const char* kTinyTokenizer = R"({
   "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3},
             "merges": ["a b", ["\u0120", "a"]]},
   "added_tokens": [{"id": 500, "content": "<|end|>", "special": true},
-                   {"id": 501, "content": "<think>", "special": false}]})";
+                   {"id": 501, "content": "<think>", "special": false}],
+  "decoder": {"type": "ByteLevel"}})";
 
 class GgufTest : public ::testing::Test {
  protected:
@@ -312,6 +313,23 @@ TEST_F(GgufTest, TokenizerMetadata) {
   EXPECT_EQ(*(*gguf)->get_int("tokenizer.ggml.eos_token_id"), 500);
 }
 
+TEST_F(GgufTest, OnlyByteLevelTokenizersAreWritten) {
+  ModelConfig config = find_model_preset("tiny")->config;
+  config.vocab_size = 512;
+  // Llama-2 / Mistral style: Metaspace and byte fallback are not tokenizer.ggml.model "gpt2".
+  constexpr const char* kSentencePieceBpe = R"({
+    "model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0, "b": 1, "ab": 2},
+              "merges": ["a b"]},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]}})";
+  GgufWriter w(path("sp.gguf"));
+  Status s = add_gguf_tokenizer_metadata(w, kSentencePieceBpe, config);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("byte-level"), std::string::npos) << s.message();
+  GgufWriter w2(path("bl.gguf"));
+  EXPECT_TRUE(add_gguf_tokenizer_metadata(w2, kTinyTokenizer, config).is_ok());
+}
+
 TEST_F(GgufTest, UnsupportedTensorTypeNamesTensorAndType) {
   GgufWriter w(path("q4.gguf"));
   w.set_string("general.architecture", "qwen3");
@@ -476,7 +494,8 @@ TEST_F(GgufTest, Qwen2VlLanguageModelRoundTrips) {
     "added_tokens": [{"id": 500, "content": "<|end|>", "special": true},
                      {"id": 502, "content": "<|vision_start|>", "special": true},
                      {"id": 503, "content": "<|vision_end|>", "special": true},
-                     {"id": 504, "content": "<|image_pad|>", "special": true}]})";
+                     {"id": 504, "content": "<|image_pad|>", "special": true}],
+    "decoder": {"type": "ByteLevel"}})";
   for (const char* preset : {"tiny-qwen2-vl", "tiny-qwen2.5-vl"}) {
     SCOPED_TRACE(preset);
     ModelConfig c = write_source(preset, "vl.safetensors");

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "model/gguf.h"
+#include "model/pretokenizer.h"
 
 namespace crescent::model {
 
@@ -37,6 +38,13 @@ void GgufWriter::put_key(const std::string& key, GgufValueType type) {
   CRESCENT_CHECK(!out_) << "GGUF metadata set after write_header";
   append_string(kv_bytes_, key);
   append<uint32_t>(kv_bytes_, static_cast<uint32_t>(type));
+  ++num_kv_;
+}
+void GgufWriter::set_raw(const std::string& key, std::string_view type_and_value) {
+  CRESCENT_CHECK(!out_) << "GGUF metadata set after write_header";
+  CRESCENT_CHECK(type_and_value.size() >= 4) << "raw GGUF value without a type";
+  append_string(kv_bytes_, key);
+  kv_bytes_.insert(kv_bytes_.end(), type_and_value.begin(), type_and_value.end());
   ++num_kv_;
 }
 void GgufWriter::set_u32(const std::string& key, uint32_t value) {
@@ -217,17 +225,102 @@ void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& c, const std::str
     w.set_string("crescent.torch_dtype", c.torch_dtype);
 }
 
+namespace {
+
+// tokenizer.ggml.pre for a tokenizer.json: llama.cpp's name for its split regex (tokenizer_gguf.h
+// maps the names back), from the first Split or ByteLevel pre-tokenizer.
+std::string gguf_pre_tokenizer_name(const json& pre) {
+  if (!pre.is_object())
+    return "default";
+  const std::string type = pre.value("type", "");
+  if (type == "Sequence" && pre.contains("pretokenizers")) {
+    for (const json& sub : pre["pretokenizers"]) {
+      std::string name = gguf_pre_tokenizer_name(sub);
+      if (name != "default")
+        return name;
+    }
+    return "default";
+  }
+  if (type == "Split" && pre.contains("pattern") && pre["pattern"].contains("Regex")) {
+    const std::optional<SplitPattern> p =
+        recognize_split_pattern(pre["pattern"]["Regex"].get<std::string>());
+    if (p == SplitPattern::kQwen2)
+      return "qwen2";
+    if (p == SplitPattern::kLlama3)
+      return "llama-bpe";
+    if (p == SplitPattern::kGpt2)
+      return "gpt2";
+  }
+  if (type == "ByteLevel" && pre.value("use_regex", true))
+    return "gpt2";
+  return "default";
+}
+
+// True if the tokenizer.json is byte-level BPE (a ByteLevel pre-tokenizer or decoder), the only
+// kind tokenizer.ggml.model "gpt2" describes; SentencePiece-style BPE (Metaspace, byte fallback)
+// would be llama.cpp's "llama" model, which neither side here implements.
+bool is_byte_level(const json& tok) {
+  auto has_byte_level = [](const json& j, const char* list_key, auto&& self) -> bool {
+    if (!j.is_object())
+      return false;
+    if (j.value("type", "") == "ByteLevel")
+      return true;
+    if (j.contains(list_key) && j[list_key].is_array()) {
+      for (const json& sub : j[list_key]) {
+        if (self(sub, list_key, self))
+          return true;
+      }
+    }
+    return false;
+  };
+  return has_byte_level(tok.value("pre_tokenizer", json()), "pretokenizers", has_byte_level) ||
+         has_byte_level(tok.value("decoder", json()), "decoders", has_byte_level);
+}
+
+// The ids a TemplateProcessing post-processor puts before and after the text (tokenizer.json's
+// way of saying add_bos_token / add_eos_token).
+void template_special_ids(const json& post, std::vector<int64_t>* prefix,
+                          std::vector<int64_t>* suffix) {
+  if (!post.is_object())
+    return;
+  if (post.value("type", "") == "Sequence" && post.contains("processors")) {
+    for (const json& sub : post["processors"])
+      template_special_ids(sub, prefix, suffix);
+    return;
+  }
+  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single"))
+    return;
+  bool seen_sequence = false;
+  for (const json& item : post["single"]) {
+    if (item.contains("Sequence")) {
+      seen_sequence = true;
+    } else if (item.contains("SpecialToken")) {
+      const std::string name = item["SpecialToken"].value("id", "");
+      if (!post.contains("special_tokens") || !post["special_tokens"].contains(name))
+        continue;
+      for (const json& id : post["special_tokens"][name].value("ids", json::array()))
+        (seen_sequence ? suffix : prefix)->push_back(id.get<int64_t>());
+    }
+  }
+}
+
+}  // namespace
+
 Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_json,
-                                   const ModelConfig& c) {
+                                   const ModelConfig& c, std::string_view chat_template) {
   constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
   std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(c.vocab_size), 0);
   std::vector<std::string> merges;
+  std::string pre;
+  std::vector<int64_t> prefix, suffix;
   try {
     json tok = json::parse(tokenizer_json);
     const json& model = tok.at("model");
-    if (model.value("type", "") != "BPE") {
-      return unimplemented("tokenizer.json: only BPE tokenizers can be written to GGUF");
+    if (model.value("type", "") != "BPE" || !is_byte_level(tok)) {
+      return unimplemented(
+          "tokenizer.json: only byte-level BPE tokenizers (GPT-2, Llama-3, Qwen) can be written "
+          "to GGUF; SentencePiece-style ones would need tokenizer.ggml.model 'llama'");
     }
     auto place = [&](int64_t id, const std::string& text, int32_t type) -> Status {
       if (id < 0 || id >= c.vocab_size) {
@@ -255,6 +348,8 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
         merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
       }
     }
+    pre = gguf_pre_tokenizer_name(tok.value("pre_tokenizer", json()));
+    template_special_ids(tok.value("post_processor", json()), &prefix, &suffix);
   } catch (const json::exception& e) {
     return invalid_argument(std::string("tokenizer.json: ") + e.what());
   }
@@ -264,9 +359,8 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
       types[i] = kUnused;
     }
   }
-  const bool is_llama = c.architecture == Architecture::kLlama;
   w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", is_llama ? "llama-bpe" : "qwen2");
+  w.set_string("tokenizer.ggml.pre", pre);
   w.set_string_array("tokenizer.ggml.tokens", tokens);
   w.set_i32_array("tokenizer.ggml.token_type", types);
   w.set_string_array("tokenizer.ggml.merges", merges);
@@ -275,20 +369,37 @@ Status add_gguf_tokenizer_metadata(GgufWriter& w, std::string_view tokenizer_jso
   if (!c.eos_token_ids.empty()) {
     w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids[0]));
   }
-  w.set_bool("tokenizer.ggml.add_bos_token", is_llama);
+  // What the tokenizer.json's post-processor adds, so both tokenizers give the same ids.
+  const bool add_bos = prefix.size() == 1 && c.bos_token_id && prefix[0] == *c.bos_token_id;
+  const bool add_eos =
+      suffix.size() == 1 && !c.eos_token_ids.empty() && suffix[0] == c.eos_token_ids[0];
+  if ((!prefix.empty() && !add_bos) || (!suffix.empty() && !add_eos)) {
+    return unimplemented(
+        "tokenizer.json: a post-processor adding other tokens than the model's BOS/EOS cannot "
+        "be written to GGUF");
+  }
+  w.set_bool("tokenizer.ggml.add_bos_token", add_bos);
+  w.set_bool("tokenizer.ggml.add_eos_token", add_eos);
+  if (!chat_template.empty())
+    w.set_string("tokenizer.chat_template", chat_template);
   return Status::ok();
 }
 
 Status write_gguf(const std::string& path, const ModelConfig& config, const TensorSource& source,
                   const GgufWeightType& type, std::string_view tokenizer_json,
-                  const std::string& model_name,
+                  const std::string& model_name, std::string_view chat_template,
                   const std::function<void(int64_t, int64_t)>& progress) {
   GgufWriter w(path);
   add_gguf_model_metadata(w, config, model_name);
   w.set_u32("general.file_type", gguf_file_type(type));
   w.set_u32("general.quantization_version", 2);
-  RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config));
+  RETURN_IF_ERROR(add_gguf_tokenizer_metadata(w, tokenizer_json, config, chat_template));
+  return write_gguf_tensors(w, config, source, type, progress);
+}
 
+Status write_gguf_tensors(GgufWriter& w, const ModelConfig& config, const TensorSource& source,
+                          const GgufWeightType& type,
+                          const std::function<void(int64_t, int64_t)>& progress) {
   struct Plan {
     TensorView view;
     DType out;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/gguf_mmproj.h"
 #include "model/presets.h"
@@ -386,8 +387,10 @@ Status make_model(const MakeModelOptions& options) {
   ASSIGN_OR_RETURN(auto source, SafetensorsFile::open((out / "model.safetensors").string()));
   const GgufWeightType gguf_type = options.gguf_dtype.value_or(GgufWeightType(options.dtype));
   Progress gguf_progress(options.show_progress, "model.gguf", 0);
+  ASSIGN_OR_RETURN(TokenizerConfig tokenizer_fields, TokenizerConfig::from_json(tokenizer_config));
   RETURN_IF_ERROR(write_gguf((out / "model.gguf").string(), config, *source, gguf_type,
-                             tokenizer_json, preset.name, gguf_progress.callback()));
+                             tokenizer_json, preset.name, tokenizer_fields.chat_template,
+                             gguf_progress.callback()));
   if (!config.vision)
     return Status::ok();
   // The tower's narrow rows rarely hold whole K-quant blocks; like llama.cpp's mmproj files it is

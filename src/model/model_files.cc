@@ -7,6 +7,7 @@
 #include "model/gguf.h"
 #include "model/gguf_mmproj.h"
 #include "model/safetensors.h"
+#include "model/tokenizer_gguf.h"
 
 namespace crescent::model {
 
@@ -19,8 +20,18 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-Status find_tokenizer(const fs::path& dir, ModelFiles& files) {
+// `gguf`: the model's GGUF file, whose embedded tokenizer is the fallback (null for a checkout).
+Status find_tokenizer(const fs::path& dir, const GgufFile* gguf, ModelFiles& files) {
+  files.directory = dir.string();
   const fs::path tok = dir / "tokenizer.json";
+  if (!is_file(tok) && gguf != nullptr) {
+    if (!gguf_has_tokenizer(*gguf)) {
+      return not_found(gguf->path() + " has no tokenizer metadata and " + tok.string() +
+                       " is missing: put the model's Hugging Face tokenizer.json beside it");
+    }
+    files.tokenizer_gguf_path = gguf->path();
+    return Status::ok();
+  }
   if (!is_file(tok)) {
     return not_found(tok.string() + " is missing: crescent needs the Hugging Face tokenizer.json " +
                      "beside the model weights");
@@ -98,7 +109,7 @@ Result<ModelFiles> open_gguf(const fs::path& path, const std::string& mmproj_pat
     return invalid_argument(path.string() + " is a text-only model; the mmproj file " +
                             mmproj_path + " does not apply to it");
   }
-  RETURN_IF_ERROR(find_tokenizer(dir, files));
+  RETURN_IF_ERROR(find_tokenizer(dir, gguf.get(), files));
   find_preprocessor_config(dir, files);
   files.tensors = std::move(gguf);
   return files;
@@ -174,12 +185,58 @@ Result<ModelFiles> open_model(const std::string& path_text, const std::string& m
                        kPatchEmbed);
     }
   }
-  RETURN_IF_ERROR(find_tokenizer(path, files));
+  RETURN_IF_ERROR(find_tokenizer(path, nullptr, files));
   find_preprocessor_config(path, files);
   files.name = fs::absolute(path, ec).lexically_normal().filename().string();
   if (files.name.empty())
     files.name = fs::absolute(path, ec).lexically_normal().parent_path().filename().string();
   return files;
+}
+
+Result<std::unique_ptr<Tokenizer>> open_tokenizer(const ModelFiles& files,
+                                                  TokenizerConfig* gguf_config) {
+  if (files.tokenizer_gguf_path.empty())
+    return Tokenizer::from_file(files.tokenizer_json_path);
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::open(files.tokenizer_gguf_path));
+  ASSIGN_OR_RETURN(GgufTokenizer t, tokenizer_from_gguf(*gguf));
+  if (gguf_config != nullptr)
+    *gguf_config = std::move(t.config);
+  return std::move(t.tokenizer);
+}
+
+Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path_text) {
+  const fs::path path(path_text);
+  std::error_code ec;
+  if (is_file(path) && path.extension() != ".gguf")
+    return Tokenizer::from_file(path_text);
+  fs::path gguf_path;
+  if (fs::is_directory(path, ec)) {
+    if (is_file(path / "tokenizer.json"))
+      return Tokenizer::from_file((path / "tokenizer.json").string());
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      if (entry.path().extension() == ".gguf" && !is_mmproj_name(entry.path()) &&
+          is_file(entry.path())) {
+        if (!gguf_path.empty()) {
+          return invalid_argument(path_text + " holds several .gguf files and no tokenizer.json: " +
+                                  "pass the .gguf file to use");
+        }
+        gguf_path = entry.path();
+      }
+    }
+    if (gguf_path.empty())
+      return not_found(path_text + " holds no tokenizer.json and no .gguf file");
+  } else if (is_file(path)) {
+    gguf_path = path;
+  } else {
+    return not_found(path_text + ": no such file or directory");
+  }
+  ModelFiles files;
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::open(gguf_path.string()));
+  fs::path dir = gguf_path.parent_path();
+  if (dir.empty())
+    dir = ".";
+  RETURN_IF_ERROR(find_tokenizer(dir, gguf.get(), files));
+  return open_tokenizer(files);
 }
 
 }  // namespace crescent::model

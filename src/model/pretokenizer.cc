@@ -167,19 +167,23 @@ size_t match_gpt2(const Chars& c, size_t i) {
 
 }  // namespace
 
+std::string_view split_pattern_regex(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kGpt2:
+      return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kLlama3:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kQwen2:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  }
+  return "";
+}
+
 std::optional<SplitPattern> recognize_split_pattern(std::string_view regex) {
-  constexpr std::string_view kGpt2Re =
-      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-  constexpr std::string_view kLlama3Re =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  constexpr std::string_view kQwen2Re =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  if (regex == kGpt2Re)
-    return SplitPattern::kGpt2;
-  if (regex == kLlama3Re)
-    return SplitPattern::kLlama3;
-  if (regex == kQwen2Re)
-    return SplitPattern::kQwen2;
+  for (SplitPattern p : {SplitPattern::kGpt2, SplitPattern::kLlama3, SplitPattern::kQwen2}) {
+    if (regex == split_pattern_regex(p))
+      return p;
+  }
   return std::nullopt;
 }
 

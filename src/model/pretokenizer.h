@@ -23,6 +23,8 @@ enum class SplitPattern {
 
 // Recognises one of the supported regexes by its exact source text.
 std::optional<SplitPattern> recognize_split_pattern(std::string_view regex);
+// The regex source text of `pattern`, as tokenizer.json's Split pre-tokenizer writes it.
+std::string_view split_pattern_regex(SplitPattern pattern);
 
 // Appends [begin, end) byte ranges of `text` (valid UTF-8) covering it completely, in order.
 void split_with_pattern(SplitPattern pattern, std::string_view text,

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <random>
 
@@ -192,6 +193,81 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantEngineTest,
                          [](const auto& info) {
                            return info.param.preset + "_" + info.param.gguf_type;
                          });
+
+// `crescent quantize` on the F32 GGUF of the small model (rows of whole K-quant blocks) and on
+// its HF checkout: each output sits alone in a directory, so it also has to bring its tokenizer
+// and chat template; it must keep every metadata key, type each tensor by llama-quantize's
+// rules, and agree with the source on the top token.
+TEST(QuantizeCommandTest, OutputsKeepMetadataAndGenerateLikeTheSource) {
+  const std::string src = ensure_quant_model("small", "f32");
+  const fs::path out = fs::path(::testing::TempDir()) / ("quantize_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  auto source = load(src + "/model.gguf", TransformerOptions::Weights::kF32);
+  ASSERT_NE(source, nullptr);
+  auto source_gguf = model::GgufFile::open(src + "/model.gguf");
+  ASSERT_TRUE(source_gguf.is_ok());
+
+  struct Run {
+    std::string input;
+    std::string type;
+    uint32_t file_type;
+    double max_rel_diff;  // against the F32 source; measured values are printed
+  };
+  for (const Run& run : {Run{src + "/model.gguf", "q4_k_m", 15, 0.17},
+                         Run{src + "/model.gguf", "q8_0", 7, 0.03}, Run{src, "q8_0", 7, 0.03}}) {
+    SCOPED_TRACE(run.input + " -> " + run.type);
+    const fs::path dir = out / (run.type + (run.input == src ? "-hf" : ""));
+    fs::create_directories(dir);
+    const std::string file = (dir / "model.gguf").string();
+    const std::string cmd = testing::crescent_binary() + " quantize " + run.input + " " + file +
+                            " --type " + run.type + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+    auto gguf = model::GgufFile::open(file);
+    ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+    EXPECT_EQ(*(*gguf)->get_int("general.file_type"), run.file_type);
+    if (run.input != src) {
+      // Every key but the per-file ones, byte for byte.
+      std::map<std::string, std::string_view> written;
+      for (const auto& e : (*gguf)->raw_metadata())
+        written[e.key] = e.type_and_value;
+      for (const auto& e : (*source_gguf)->raw_metadata()) {
+        if (e.key == "general.file_type" || e.key == "general.quantization_version")
+          continue;
+        ASSERT_TRUE(written.count(e.key)) << e.key;
+        EXPECT_EQ(written[e.key], e.type_and_value) << e.key;
+      }
+    }
+    const model::ModelConfig config = *(*gguf)->model_config();
+    const model::GgufWeightType type = *model::parse_gguf_weight_type(run.type);
+    for (const model::GgufTensorInfo& info : (*gguf)->tensor_infos()) {
+      const std::optional<std::string> hf = model::gguf_to_hf_name(info.name);
+      if (!hf)
+        continue;  // rope_freqs.weight
+      const std::vector<int64_t> shape(info.dims.rbegin(), info.dims.rend());
+      EXPECT_EQ(model::ggml_type_name(info.ggml_type),
+                model::ggml_type_name(
+                    model::ggml_type_of(model::gguf_tensor_dtype(type, config, *hf, shape))))
+          << info.name;
+    }
+
+    auto quant = load(file, TransformerOptions::Weights::kAuto);
+    ASSERT_NE(quant, nullptr);
+    ASSERT_TRUE(quant->chat_template.has_value());  // from tokenizer.chat_template
+    EXPECT_EQ(*quant->tokenizer->encode("héllo <|im_start|> 世界 123"),
+              *source->tokenizer->encode("héllo <|im_start|> 世界 123"));
+    const Agreement a = compare(*source, *quant);
+    std::printf("quantize %s -> %s: top-1 %d/%d, max |dlogit|/scale %.4f\n", run.input.c_str(),
+                run.type.c_str(), a.num_top1_equal, a.num_steps, a.max_rel_diff);
+    EXPECT_GE(a.num_top1_equal, 0.9 * a.num_steps);
+    EXPECT_LE(a.max_rel_diff, run.max_rel_diff);
+  }
+  // The output exists now: refused without --force.
+  const std::string again = testing::crescent_binary() + " quantize " + src + "/model.gguf " +
+                            (out / "q8_0" / "model.gguf").string() + " --type q8_0 2>/dev/null";
+  EXPECT_NE(std::system(again.c_str()), 0);
+  fs::remove_all(out);
+}
 
 }  // namespace
 }  // namespace crescent

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,10 +26,14 @@ using net::http::HttpClient;
 
 constexpr const char* kContentOnly = "{% for m in messages %}{{ m.content }}{% endfor %}";
 
+// The tiny model unless `extra` names another --model.
 std::vector<std::string> serve_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {
-      "--model", ensure_test_model("tiny"), "--threads", "1", "--max-model-len",
-      "256",     "--kv-cache-mb",           "16"};
+  std::vector<std::string> args = {"--threads",     "1", "--max-model-len", "256",
+                                   "--kv-cache-mb", "16"};
+  if (std::find(extra.begin(), extra.end(), "--model") == extra.end()) {
+    args.push_back("--model");
+    args.push_back(ensure_test_model("tiny"));
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -171,6 +177,39 @@ TEST(ChatTemplateServeTest, ChatTemplateFlagReplacesTheModels) {
   const int rc = pclose(p);
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) != 0) << out;
   EXPECT_NE(out.find("--chat-template:"), std::string::npos) << out;
+}
+
+// `--model file.gguf` alone in a directory: tokenizer and chat template come from the file's
+// metadata, and render the same prompt as the checkout's tokenizer.json + tokenizer_config.json.
+TEST(ChatTemplateServeTest, LoneGgufServesChatWithTheTemplateFromTheFile) {
+  namespace fs = std::filesystem;
+  // A fresh model: a test-models/tiny made by an older binary has no template in its GGUF.
+  const fs::path root =
+      fs::temp_directory_path() / ("crescent_lone_gguf_" + std::to_string(getpid()));
+  const std::string make = crescent_binary() + " make-model --preset tiny --out " +
+                           (root / "full").string() + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  fs::create_directories(root / "lone");
+  fs::copy_file(root / "full" / "model.gguf", root / "lone" / "model.gguf");
+  const json messages =
+      json::array({{{"role", "system"}, {"content", "Be brief."}},
+                   {{"role", "user"}, {"content", "héllo 世界 <|im_start|> 42"}}});
+  int checkout_tokens = 0;
+  {
+    ChatServer checkout({"--model", (root / "full").string()});
+    checkout_tokens = checkout.chat_prompt_tokens({{"messages", messages}});
+  }
+  {
+    ChatServer gguf({"--model", (root / "lone" / "model.gguf").string()});
+    int status = 0;
+    json r = gguf.post("/v1/chat/completions",
+                       {{"messages", messages}, {"max_tokens", 4}, {"temperature", 0}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["usage"]["prompt_tokens"].get<int>(), checkout_tokens);
+    EXPECT_GT(r["usage"]["completion_tokens"].get<int>(), 0);
+    EXPECT_TRUE(r["choices"][0]["message"]["content"].is_string());
+  }
+  fs::remove_all(root);
 }
 
 }  // namespace
