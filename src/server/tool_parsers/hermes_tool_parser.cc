@@ -17,20 +17,6 @@ std::optional<ToolCall> parse_block(std::string_view body) {
 // The streaming state machine: content until the first <tool_call>, then blocks, each sent as
 // one call when its </tool_call> arrives (or the output ends).
 class HermesStreamer : public ToolCallStreamer {
- public:
-  ToolStreamDelta push(std::string_view text) override {
-    pending_.append(text);
-    ToolStreamDelta delta;
-    step(&delta, /*is_end=*/false);
-    return delta;
-  }
-
-  ToolStreamDelta finish() override {
-    ToolStreamDelta delta;
-    step(&delta, /*is_end=*/true);
-    return delta;
-  }
-
  private:
   enum class State { kContent, kInCall, kBetweenCalls, kPassThrough };
 
@@ -57,54 +43,54 @@ class HermesStreamer : public ToolCallStreamer {
       held_blank_.clear();
     }
     delta->content += kStart;
-    delta->content += pending_;
-    pending_.clear();
+    delta->content += text_;
+    text_.clear();
     state_ = State::kPassThrough;
   }
 
-  void step(ToolStreamDelta* delta, bool is_end) {
+  void step(ToolStreamDelta* delta, bool is_end) override {
     while (true) {
       switch (state_) {
         case State::kPassThrough:
-          delta->content += pending_;
-          pending_.clear();
+          delta->content += text_;
+          text_.clear();
           return;
         case State::kContent:
         case State::kBetweenCalls: {
-          const size_t start = pending_.find(kStart);
+          const size_t start = text_.find(kStart);
           if (start == std::string::npos) {
-            const size_t keep = is_end ? 0 : partial_marker_suffix(pending_, kStart);
+            const size_t keep = is_end ? 0 : partial_marker_suffix(text_, kStart);
             if (state_ == State::kContent) {
-              send_content(std::string_view(pending_).substr(0, pending_.size() - keep), delta);
+              send_content(std::string_view(text_).substr(0, text_.size() - keep), delta);
               if (is_end) {
                 delta->content += held_blank_;  // no call: the whole text is content
                 held_blank_.clear();
               }
             }
-            pending_.erase(0, pending_.size() - keep);
+            text_.erase(0, text_.size() - keep);
             return;
           }
           if (state_ == State::kContent) {
-            send_content(std::string_view(pending_).substr(0, start), delta);
+            send_content(std::string_view(text_).substr(0, start), delta);
           }
-          pending_.erase(0, start + kStart.size());
+          text_.erase(0, start + kStart.size());
           state_ = State::kInCall;
           break;
         }
         case State::kInCall: {
-          const size_t end = pending_.find(kEnd);
+          const size_t end = text_.find(kEnd);
           if (end == std::string::npos && !is_end) {
             return;
           }
-          const size_t body_size = end == std::string::npos ? pending_.size() : end;
-          auto call = parse_block(std::string_view(pending_).substr(0, body_size));
+          const size_t body_size = end == std::string::npos ? text_.size() : end;
+          auto call = parse_block(std::string_view(text_).substr(0, body_size));
           if (!call) {
             give_up(delta);
             return;
           }
           delta->calls.push_back(std::move(*call));
           ++num_calls_;
-          pending_.erase(0, end == std::string::npos ? pending_.size() : end + kEnd.size());
+          text_.erase(0, end == std::string::npos ? text_.size() : end + kEnd.size());
           state_ = State::kBetweenCalls;
           break;
         }
@@ -113,7 +99,6 @@ class HermesStreamer : public ToolCallStreamer {
   }
 
   State state_ = State::kContent;
-  std::string pending_;     // received, not yet sent or dropped
   std::string held_blank_;  // blank content before anything else
   bool has_sent_text_ = false;
   int num_calls_ = 0;

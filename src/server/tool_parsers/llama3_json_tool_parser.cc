@@ -64,23 +64,10 @@ Scan next_call(std::string_view text, bool is_first, bool is_end, size_t* pos, T
 }
 
 class Llama3JsonStreamer : public ToolCallStreamer {
- public:
-  ToolStreamDelta push(std::string_view text) override {
-    text_.append(text);
-    ToolStreamDelta delta;
-    step(&delta, /*is_end=*/false);
-    return delta;
-  }
-  ToolStreamDelta finish() override {
-    ToolStreamDelta delta;
-    step(&delta, /*is_end=*/true);
-    return delta;
-  }
-
  private:
   enum class State { kUndecided, kCalls, kContent };
 
-  void step(ToolStreamDelta* delta, bool is_end) {
+  void step(ToolStreamDelta* delta, bool is_end) override {
     if (state_ == State::kUndecided) {
       // Calls or content: decided by the first non-blank text (the tag may arrive in pieces).
       const size_t p = skip_blank(text_, 0);
@@ -157,7 +144,6 @@ class Llama3JsonStreamer : public ToolCallStreamer {
   }
 
   State state_ = State::kUndecided;
-  std::string text_;  // everything received
   // kCalls: where the scan goes on; kContent: the end of what was sent.
   size_t sent_ = 0;
   std::optional<ToolCall> held_call_;  // parsed, waiting for what follows it

@@ -44,9 +44,26 @@ struct ToolStreamDelta {
 class ToolCallStreamer {
  public:
   virtual ~ToolCallStreamer() = default;
-  virtual ToolStreamDelta push(std::string_view text) = 0;
+  ToolStreamDelta push(std::string_view text) {
+    text_.append(text);
+    return advance(/*is_end=*/false);
+  }
   // The end of the output: whatever was held back.
-  virtual ToolStreamDelta finish() = 0;
+  ToolStreamDelta finish() { return advance(/*is_end=*/true); }
+
+ protected:
+  // Moves what text_ now decides into *delta and drops it from text_ (a format may keep its own
+  // cursor instead); at is_end nothing may stay held back.
+  virtual void step(ToolStreamDelta* delta, bool is_end) = 0;
+
+  std::string text_;  // received, not yet sent or dropped
+
+ private:
+  ToolStreamDelta advance(bool is_end) {
+    ToolStreamDelta delta;
+    step(&delta, is_end);
+    return delta;
+  }
 };
 
 class ToolParser {
