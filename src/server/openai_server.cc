@@ -766,14 +766,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       // logprobs go on the first, the finish reason on the last.
       std::vector<json> deltas;
       if (chat && call->tool_streamer != nullptr) {
-        ToolStreamDelta d = call->tool_streamer->push(out.new_text);
-        if (out.finished) {
-          ToolStreamDelta rest = call->tool_streamer->finish();
-          d.content += rest.content;
-          for (ToolCall& c : rest.calls) {
-            d.calls.push_back(std::move(c));
-          }
-        }
+        ToolStreamDelta d = call->tool_streamer->push(out.new_text, /*is_end=*/out.finished);
         if (!d.content.empty()) {
           deltas.push_back({{"content", std::move(d.content)}});
         }

@@ -44,26 +44,26 @@ struct ToolStreamDelta {
 class ToolCallStreamer {
  public:
   virtual ~ToolCallStreamer() = default;
-  ToolStreamDelta push(std::string_view text) {
+  // With is_end, `text` is the output's last piece: the delta also holds whatever was held
+  // back, as push(text) followed by finish() would give.
+  ToolStreamDelta push(std::string_view text, bool is_end = false) {
     text_.append(text);
-    return advance(/*is_end=*/false);
+    ToolStreamDelta delta;
+    step(&delta, /*is_end=*/false);
+    if (is_end) {
+      step(&delta, /*is_end=*/true);
+    }
+    return delta;
   }
   // The end of the output: whatever was held back.
-  ToolStreamDelta finish() { return advance(/*is_end=*/true); }
+  ToolStreamDelta finish() { return push({}, /*is_end=*/true); }
 
  protected:
-  // Moves what text_ now decides into *delta and drops it from text_ (a format may keep its own
+  // Appends to *delta what text_ now decides and drops it from text_ (a format may keep its own
   // cursor instead); at is_end nothing may stay held back.
   virtual void step(ToolStreamDelta* delta, bool is_end) = 0;
 
   std::string text_;  // received, not yet sent or dropped
-
- private:
-  ToolStreamDelta advance(bool is_end) {
-    ToolStreamDelta delta;
-    step(&delta, is_end);
-    return delta;
-  }
 };
 
 class ToolParser {
