@@ -115,6 +115,30 @@ Result<ModelFiles> open_gguf(const fs::path& path, const std::string& mmproj_pat
   return files;
 }
 
+// The .gguf files in `dir` that may hold a language model (mmproj*.gguf left out).
+std::vector<fs::path> model_ggufs_in(const fs::path& dir) {
+  std::vector<fs::path> ggufs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".gguf" && !is_mmproj_name(entry.path()) &&
+        is_file(entry.path())) {
+      ggufs.push_back(entry.path());
+    }
+  }
+  return ggufs;
+}
+
+// The tokenizer `files` names, with `gguf` the open file of files.tokenizer_gguf_path (if any).
+Result<std::unique_ptr<Tokenizer>> tokenizer_of(const ModelFiles& files, const GgufFile* gguf,
+                                                TokenizerConfig* gguf_config) {
+  if (files.tokenizer_gguf_path.empty())
+    return Tokenizer::from_file(files.tokenizer_json_path);
+  ASSIGN_OR_RETURN(GgufTokenizer t, tokenizer_from_gguf(*gguf));
+  if (gguf_config != nullptr)
+    *gguf_config = std::move(t.config);
+  return std::move(t.tokenizer);
+}
+
 Result<std::unique_ptr<TensorSource>> open_safetensors(const fs::path& single,
                                                        const fs::path& index) {
   if (is_file(single)) {
@@ -142,13 +166,7 @@ Result<ModelFiles> open_model(const std::string& path_text, const std::string& m
   const fs::path single = path / "model.safetensors";
   const fs::path index = path / "model.safetensors.index.json";
   if (!is_file(single) && !is_file(index)) {
-    std::vector<fs::path> ggufs;
-    for (const auto& entry : fs::directory_iterator(path, ec)) {
-      if (entry.path().extension() == ".gguf" && !is_mmproj_name(entry.path()) &&
-          is_file(entry.path())) {
-        ggufs.push_back(entry.path());
-      }
-    }
+    const std::vector<fs::path> ggufs = model_ggufs_in(path);
     if (ggufs.size() == 1)
       return open_gguf(ggufs[0], mmproj_path);
     if (ggufs.size() > 1) {
@@ -195,13 +213,11 @@ Result<ModelFiles> open_model(const std::string& path_text, const std::string& m
 
 Result<std::unique_ptr<Tokenizer>> open_tokenizer(const ModelFiles& files,
                                                   TokenizerConfig* gguf_config) {
-  if (files.tokenizer_gguf_path.empty())
-    return Tokenizer::from_file(files.tokenizer_json_path);
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::open(files.tokenizer_gguf_path));
-  ASSIGN_OR_RETURN(GgufTokenizer t, tokenizer_from_gguf(*gguf));
-  if (gguf_config != nullptr)
-    *gguf_config = std::move(t.config);
-  return std::move(t.tokenizer);
+  std::unique_ptr<GgufFile> gguf;
+  if (!files.tokenizer_gguf_path.empty()) {
+    ASSIGN_OR_RETURN(gguf, GgufFile::open(files.tokenizer_gguf_path));
+  }
+  return tokenizer_of(files, gguf.get(), gguf_config);
 }
 
 Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path_text) {
@@ -213,18 +229,14 @@ Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path_text) 
   if (fs::is_directory(path, ec)) {
     if (is_file(path / "tokenizer.json"))
       return Tokenizer::from_file((path / "tokenizer.json").string());
-    for (const auto& entry : fs::directory_iterator(path, ec)) {
-      if (entry.path().extension() == ".gguf" && !is_mmproj_name(entry.path()) &&
-          is_file(entry.path())) {
-        if (!gguf_path.empty()) {
-          return invalid_argument(path_text + " holds several .gguf files and no tokenizer.json: " +
-                                  "pass the .gguf file to use");
-        }
-        gguf_path = entry.path();
-      }
+    const std::vector<fs::path> ggufs = model_ggufs_in(path);
+    if (ggufs.size() > 1) {
+      return invalid_argument(path_text + " holds several .gguf files and no tokenizer.json: " +
+                              "pass the .gguf file to use");
     }
-    if (gguf_path.empty())
+    if (ggufs.empty())
       return not_found(path_text + " holds no tokenizer.json and no .gguf file");
+    gguf_path = ggufs[0];
   } else if (is_file(path)) {
     gguf_path = path;
   } else {
@@ -236,7 +248,7 @@ Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& path_text) 
   if (dir.empty())
     dir = ".";
   RETURN_IF_ERROR(find_tokenizer(dir, gguf.get(), files));
-  return open_tokenizer(files);
+  return tokenizer_of(files, gguf.get(), nullptr);
 }
 
 }  // namespace crescent::model
