@@ -48,7 +48,7 @@ Status status_of(const net::http::Response& response, const std::string& what) {
   if (response.status >= 500) {
     return unavailable(message);
   }
-  if (error.code == "registration_conflict") {
+  if (error.code == "registration_conflict" || error.code == "registration_fenced") {
     return already_exists(message);
   }
   if (response.status == 404 || response.status == 405) {
@@ -61,13 +61,29 @@ Status status_of(const net::http::Response& response, const std::string& what) {
 
 Status register_worker(const std::string& url, const WorkerRegistration& registration,
                        Deadline deadline) {
+  ASSIGN_OR_RETURN(Renewal renewal, renew_registration(url, registration, deadline));
+  if (renewal.is_fenced) {
+    return already_exists(renewal.fenced_reason);
+  }
+  return Status::ok();
+}
+
+Result<Renewal> renew_registration(const std::string& url, const WorkerRegistration& registration,
+                                   Deadline deadline) {
   const std::string what = "bootstrap POST " + url + "/register";
   ASSIGN_OR_RETURN(auto response,
                    call(url, "POST", "/register", registration_json(registration), deadline));
+  Renewal renewal;
+  if (response.status == 409 && parse_error_json(response.body).code == "registration_fenced") {
+    renewal.is_fenced = true;
+    renewal.fenced_reason = parse_error_json(response.body).message;
+    return renewal;
+  }
   if (response.status != 200) {
     return status_of(response, what);
   }
-  return Status::ok();
+  renewal.granted = parse_registered_json(response.body);
+  return renewal;
 }
 
 Result<QueryResult> query(const std::string& url, Deadline deadline) {

@@ -27,10 +27,21 @@ struct WorkerRegistration {
   // "": a dp rank's worker (vLLM's registration, no "role" on the wire). "encode": an EPD
   // encoder's EC control listener, kept apart from the dp ranks (its ranks are ignored).
   std::string role = {};
+  // Seconds the registration holds unless renewed (re-registered); 0: it never expires
+  // (vLLM's workers send none). The bootstrap may grant less (see Registered).
+  double lease_ttl_s = 0;
+};
+
+// What the bootstrap answered to a registration.
+struct Registered {
+  uint64_t epoch = 0;       // the dp rank's epoch (1 for the first owner, +1 per replacement)
+  double lease_ttl_s = 0;   // the lease granted (0: none, the entry never expires)
+  bool is_renewal = false;  // identical to the entry it renewed (not sent on the wire)
 };
 
 struct DpEntry {
   std::string engine_id;
+  uint64_t epoch = 0;  // 0 when the bootstrap did not say (vLLM's)
   std::map<int, std::map<int, std::string>> worker_addr;  // tp -> pp -> "tcp://host:port"
 };
 using QueryResult = std::map<int, DpEntry>;               // dp rank -> entry
@@ -45,9 +56,19 @@ Result<std::pair<std::string, int>> parse_http_url(std::string_view url);
 // register_worker: OK on 200; AlreadyExists with the server's reason when the registration
 // conflicts with an earlier one (400); InvalidArgument when a field is bad (400);
 // Unavailable when the server cannot be reached or answers 5xx; DeadlineExceeded past the
-// deadline; FailedPrecondition when the url is not a bootstrap server (404/405).
+// deadline; FailedPrecondition when the url is not a bootstrap server (404/405). An engine
+// that was fenced (replaced by another, 409) is AlreadyExists too.
 Status register_worker(const std::string& url, const WorkerRegistration& registration,
                        Deadline deadline);
+// The same registration sent again to renew its lease (LeaseKeeper): OK with what was granted,
+// or is_fenced with the server's reason when this engine was replaced; failures as above.
+struct Renewal {
+  Registered granted;
+  bool is_fenced = false;
+  std::string fenced_reason;
+};
+Result<Renewal> renew_registration(const std::string& url, const WorkerRegistration& registration,
+                                   Deadline deadline);
 // The whole table. Unavailable on 503 (not every dp rank registered yet; the message lists
 // the missing ones) or when unreachable; DataLoss when the answer is not the documented shape.
 Result<QueryResult> query(const std::string& url, Deadline deadline);

@@ -10,12 +10,14 @@
 #include "bootstrap/worker_registry.h"
 #include "core/logging.h"
 #include "net/http/http_server.h"
+#include "net/socket.h"
 
 namespace crescent::bootstrap {
 
 struct BootstrapServer::Impl {
-  explicit Impl(BootstrapServerOptions o)
-      : options(std::move(o)), registry(options.expected_dp_ranks) {}
+  explicit Impl(BootstrapServerOptions o) : options(std::move(o)), registry(registry_options()) {}
+
+  WorkerRegistryOptions registry_options() const;
 
   void handle(net::http::Request request, const std::shared_ptr<net::http::ResponseWriter>& w);
   void handle_register(const net::http::Request& request, net::http::ResponseWriter& w);
@@ -29,6 +31,16 @@ struct BootstrapServer::Impl {
 namespace {
 
 constexpr const char* kJson = "application/json";
+
+// True when something accepts a TCP connection at "tcp://host:port" within the timeout: a
+// worker killed with -9 refuses at once; a host that is gone does not answer.
+bool answers(const std::string& addr, std::chrono::milliseconds timeout) {
+  auto host_port = parse_tcp_addr(addr);
+  if (!host_port.is_ok()) {
+    return false;
+  }
+  return net::connect_tcp(host_port->first, host_port->second, Deadline::after(timeout)).is_ok();
+}
 
 void send_error(net::http::ResponseWriter& w, int status, const std::string& message,
                 std::string_view type, std::string_view code, net::http::Headers headers = {}) {
@@ -71,6 +83,16 @@ std::string query_param(std::string_view target, std::string_view name) {
 
 }  // namespace
 
+WorkerRegistryOptions BootstrapServer::Impl::registry_options() const {
+  WorkerRegistryOptions o;
+  o.expected_dp_ranks = options.expected_dp_ranks;
+  o.max_lease_ttl_s = options.max_lease_ttl_s;
+  o.is_alive = [timeout = options.probe_timeout](const std::string& addr) {
+    return answers(addr, timeout);
+  };
+  return o;
+}
+
 void BootstrapServer::Impl::handle(net::http::Request request,
                                    const std::shared_ptr<net::http::ResponseWriter>& w) {
   std::string_view method = method_of(request.path);
@@ -106,23 +128,33 @@ void BootstrapServer::Impl::handle_register(const net::http::Request& request,
     return;
   }
   const WorkerRegistration& r = *parsed;
-  Status added = registry.add(r);
+  auto added = registry.add(r);
   if (!added.is_ok()) {
+    const Status& s = added.status();
     CRESCENT_LOG(kWarn) << "bootstrap: refused a registration from " << request.remote_address
-                        << ": " << added.message();
-    bool conflict = added.code() == StatusCode::kAlreadyExists;
+                        << ": " << s.message();
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      send_error(w, 409, s.message(), "invalid_request_error",
+                 "registration_fenced");
+      return;
+    }
+    bool conflict = s.code() == StatusCode::kAlreadyExists;
     send_error(
-        w, 400, (conflict ? "conflicting registration: " : "bad registration: ") + added.message(),
+        w, 400, (conflict ? "conflicting registration: " : "bad registration: ") + s.message(),
         "invalid_request_error", conflict ? "registration_conflict" : "invalid_registration");
     return;
   }
-  if (r.role == kEncodeRole) {
+  // Renewals repeat every few seconds: only new entries are worth a line.
+  if (added->is_renewal) {
+    // nothing to say
+  } else if (r.role == kEncodeRole) {
     CRESCENT_LOG(kInfo) << "bootstrap: registered encoder '" << r.engine_id << "' at " << r.addr;
   } else {
     CRESCENT_LOG(kInfo) << "bootstrap: registered engine '" << r.engine_id << "' dp " << r.dp_rank
-                        << " tp " << r.tp_rank << " pp " << r.pp_rank << " at " << r.addr;
+                        << " tp " << r.tp_rank << " pp " << r.pp_rank << " at " << r.addr
+                        << " (epoch " << added->epoch << ")";
   }
-  w.send(200, kJson, R"({"status":"ok"})");
+  w.send(200, kJson, registered_json(*added));
 }
 
 void BootstrapServer::Impl::handle_query(const net::http::Request& request,
@@ -156,6 +188,10 @@ Result<std::unique_ptr<BootstrapServer>> BootstrapServer::start(BootstrapServerO
   if (options.port < 0 || options.port > 65535) {
     return invalid_argument("bootstrap port must be in 0..65535, got " +
                             std::to_string(options.port));
+  }
+  if (!(options.max_lease_ttl_s > 0) || options.max_lease_ttl_s > kMaxLeaseTtlS) {
+    return invalid_argument("max_lease_ttl_s (--bootstrap-lease-ttl) must be in (0, " +
+                            std::to_string(static_cast<int>(kMaxLeaseTtlS)) + "] seconds");
   }
   if (options.threads < 1) {
     return invalid_argument("bootstrap threads must be at least 1, got " +

@@ -60,14 +60,15 @@ TEST_F(BootstrapServerTest, RegisterThenQueryInTheVllmShape) {
   EXPECT_EQ(server_->url(), "http://127.0.0.1:" + std::to_string(server_->port()));
   auto r = call("POST", "/register", reg_body("prefill-a", 0, 0, 0, "tcp://127.0.0.1:7000"));
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(json::parse(r.body), json({{"status", "ok"}}));
+  // vLLM's {"status":"ok"}, plus the dp rank's epoch.
+  EXPECT_EQ(json::parse(r.body), json({{"status", "ok"}, {"epoch", 1}}));
   EXPECT_EQ(r.header("content-type"), "application/json");
   call("POST", "/register", reg_body("prefill-a", 0, 1, 0, "tcp://127.0.0.1:7001"));
   auto q = call("GET", "/query");
   ASSERT_EQ(q.status, 200) << q.body;
   EXPECT_EQ(
       json::parse(q.body),
-      json::parse(R"({"0":{"engine_id":"prefill-a","worker_addr":)"
+      json::parse(R"({"0":{"engine_id":"prefill-a","epoch":1,"worker_addr":)"
                   R"({"0":{"0":"tcp://127.0.0.1:7000"},"1":{"0":"tcp://127.0.0.1:7001"}}}})"));
 }
 
@@ -91,20 +92,26 @@ TEST_F(BootstrapServerTest, QueryIs503ListingMissingRanksUntilAllRegister) {
 
 TEST_F(BootstrapServerTest, IdenticalIsOkConflictIs400NamingBoth) {
   start(2);
-  ASSERT_EQ(call("POST", "/register", reg_body("a", 0, 0, 0, "tcp://127.0.0.1:7000")).status, 200);
-  EXPECT_EQ(call("POST", "/register", reg_body("a", 0, 0, 0, "tcp://127.0.0.1:7000")).status, 200);
+  // A live owner: its address answers the probe.
+  auto listener = net::listen_tcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.is_ok());
+  const std::string live = "tcp://127.0.0.1:" + std::to_string(*net::local_port(*listener));
+  ASSERT_EQ(call("POST", "/register", reg_body("a", 0, 0, 0, live)).status, 200);
+  EXPECT_EQ(call("POST", "/register", reg_body("a", 0, 0, 0, live)).status, 200);
   struct Case {
     std::string body;
     std::string message;
   };
   const std::vector<Case> cases = {
       {reg_body("x", 0, 1, 0, "tcp://127.0.0.1:7009"),
-       "conflicting registration: dp_rank 0 is registered by engine_id 'a', not 'x'"},
+       "conflicting registration: dp_rank 0 is registered by engine_id 'a', not 'x' (it holds "
+       "no lease and " +
+           live + " answers)"},
       {reg_body("a", 1, 0, 0, "tcp://127.0.0.1:7009"),
        "conflicting registration: engine_id 'a' is registered at dp_rank 0, not dp_rank 1"},
       {reg_body("a", 0, 0, 0, "tcp://127.0.0.1:7009"),
-       "conflicting registration: dp_rank 0 tp_rank 0 pp_rank 0 is registered at "
-       "tcp://127.0.0.1:7000, not tcp://127.0.0.1:7009"},
+       "conflicting registration: dp_rank 0 tp_rank 0 pp_rank 0 is registered at " + live +
+           ", not tcp://127.0.0.1:7009"},
   };
   for (const auto& c : cases) {
     auto r = call("POST", "/register", c.body);
@@ -287,9 +294,12 @@ TEST(BootstrapClient, RetryWaitsForAServerThatStartsLater) {
 
 TEST(BootstrapClient, RetryReturnsAConflictAtOnce) {
   auto server = start_server(1);
-  ASSERT_TRUE(register_worker(server->url(), {"a", 0, 0, 0, "tcp://h:1"}, soon()).is_ok());
+  auto listener = net::listen_tcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.is_ok());
+  const std::string live = "tcp://127.0.0.1:" + std::to_string(*net::local_port(*listener));
+  ASSERT_TRUE(register_worker(server->url(), {"a", 0, 0, 0, live}, soon()).is_ok());
   auto t0 = std::chrono::steady_clock::now();
-  Status s = register_with_retry(server->url(), {"b", 0, 0, 0, "tcp://h:1"}, soon());
+  Status s = register_with_retry(server->url(), {"b", 0, 0, 0, "tcp://h:2"}, soon());
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
 }
@@ -322,7 +332,7 @@ TEST_F(BootstrapServerTest, EncodersRegisterWithARoleAndAreQueriedApart) {
   EXPECT_EQ(
       json::parse(q.body),
       json::parse(
-          R"({"0":{"engine_id":"prefill-a","worker_addr":{"0":{"0":"tcp://127.0.0.1:7000"}}}})"));
+          R"({"0":{"engine_id":"prefill-a","epoch":1,"worker_addr":{"0":{"0":"tcp://127.0.0.1:7000"}}}})"));
   auto e = call("GET", "/query?role=encode");
   ASSERT_EQ(e.status, 200) << e.body;
   EXPECT_EQ(json::parse(e.body),

@@ -2,6 +2,7 @@
 
 #include "bootstrap/wire.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/json.h"
@@ -90,6 +91,12 @@ Result<QueryResult> parse_query(const json& root) {
     }
     DpEntry& out = result[dp];
     out.engine_id = id->get<std::string>();
+    if (auto epoch = entry.find("epoch"); epoch != entry.end()) {
+      if (!epoch->is_number_unsigned()) {
+        return data_loss(where + " has an 'epoch' that is not a non-negative integer");
+      }
+      out.epoch = epoch->get<uint64_t>();
+    }
     for (const auto& [tp_key, by_pp] : workers->items()) {
       ASSIGN_OR_RETURN(int tp, parse_key(tp_key, "tp rank"));
       if (!by_pp.is_object()) {
@@ -117,6 +124,9 @@ std::string registration_json(const WorkerRegistration& r) {
                {"addr", r.addr}};
   if (!r.role.empty()) {
     body["role"] = r.role;
+  }
+  if (r.lease_ttl_s > 0) {
+    body["lease_ttl_s"] = r.lease_ttl_s;
   }
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -149,6 +159,14 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
   if (!is_encoder || root.contains("pp_rank")) {
     ASSIGN_OR_RETURN(r.pp_rank, rank_field(root, "pp_rank", kMaxTpPpRank));
   }
+  if (auto ttl = root.find("lease_ttl_s"); ttl != root.end()) {
+    if (!ttl->is_number() || !(ttl->get<double>() > 0) || ttl->get<double>() > kMaxLeaseTtlS) {
+      return invalid_argument("field 'lease_ttl_s' must be a number of seconds in (0, " +
+                              std::to_string(static_cast<int>(kMaxLeaseTtlS)) + "], got " +
+                              ttl->dump());
+    }
+    r.lease_ttl_s = ttl->get<double>();
+  }
   ASSIGN_OR_RETURN(r.addr, string_field(root, "addr"));
   auto addr = parse_tcp_addr(r.addr);
   if (!addr.is_ok()) {
@@ -173,7 +191,11 @@ std::string query_json(const QueryResult& result) {
       }
       workers[std::to_string(tp)] = std::move(pps);
     }
-    root[std::to_string(dp)] = json{{"engine_id", entry.engine_id}, {"worker_addr", workers}};
+    json out = {{"engine_id", entry.engine_id}, {"worker_addr", workers}};
+    if (entry.epoch > 0) {
+      out["epoch"] = entry.epoch;
+    }
+    root[std::to_string(dp)] = std::move(out);
   }
   return root.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -192,6 +214,29 @@ Result<QueryResult> parse_query_json(std::string_view body) {
   } catch (const json::exception& e) {
     return data_loss(std::string("bad /query answer: ") + e.what());
   }
+}
+
+std::string registered_json(const Registered& registered) {
+  json body = {{"status", "ok"}, {"epoch", registered.epoch}};
+  if (registered.lease_ttl_s > 0) {
+    body["lease_ttl_s"] = registered.lease_ttl_s;
+  }
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Registered parse_registered_json(std::string_view body) {
+  Registered registered;
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) {
+    return registered;
+  }
+  if (auto epoch = root.find("epoch"); epoch != root.end() && epoch->is_number_unsigned()) {
+    registered.epoch = epoch->get<uint64_t>();
+  }
+  if (auto ttl = root.find("lease_ttl_s"); ttl != root.end() && ttl->is_number()) {
+    registered.lease_ttl_s = std::max(0.0, ttl->get<double>());
+  }
+  return registered;
 }
 
 std::string encoders_json(const EncoderTable& encoders) {

@@ -231,5 +231,51 @@ TEST(RegistrationJson, TheEncodeRoleIsOptionalAndChecked) {
             StatusCode::kDataLoss);
 }
 
+TEST(RegistrationJson, TheLeaseIsOptionalAndChecked) {
+  WorkerRegistration r{"p", 0, 0, 0, "tcp://10.0.0.1:7000"};
+  // Without a lease the body stays vLLM's.
+  EXPECT_EQ(registration_json(r).find("lease_ttl_s"), std::string::npos);
+  r.lease_ttl_s = 2.5;
+  auto back = parse_registration_json(registration_json(r));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->lease_ttl_s, 2.5);
+  for (const char* ttl : {"0", "-1", "3601", "\"10\"", "true"}) {
+    auto bad = parse_registration_json(
+        std::string(R"({"engine_id":"p","dp_rank":0,"tp_rank":0,"pp_rank":0,)") +
+        R"("addr":"tcp://10.0.0.1:1","lease_ttl_s":)" + ttl + "}");
+    ASSERT_FALSE(bad.is_ok()) << ttl;
+    EXPECT_NE(bad.status().message().find("field 'lease_ttl_s'"), std::string::npos)
+        << bad.status().message();
+  }
+}
+
+TEST(RegisteredJson, RoundTripsAndReadsVllmsAnswer) {
+  Registered granted = parse_registered_json(registered_json(Registered{3, 2.0}));
+  EXPECT_EQ(granted.epoch, 3u);
+  EXPECT_EQ(granted.lease_ttl_s, 2.0);
+  Registered vllm = parse_registered_json(R"({"status":"ok"})");
+  EXPECT_EQ(vllm.epoch, 0u);
+  EXPECT_EQ(vllm.lease_ttl_s, 0);
+  EXPECT_EQ(registered_json(Registered{1, 0}), R"({"epoch":1,"status":"ok"})");
+}
+
+TEST(QueryJson, CarriesTheEpochWhenKnown) {
+  QueryResult table;
+  table[0].engine_id = "p";
+  table[0].epoch = 4;
+  table[0].worker_addr[0][0] = "tcp://10.0.0.1:7000";
+  table[1].engine_id = "v";  // a vLLM bootstrap's entry: no epoch
+  table[1].worker_addr[0][0] = "tcp://10.0.0.1:7001";
+  const std::string body = query_json(table);
+  EXPECT_EQ(body.find("epoch", body.find("\"1\"")), std::string::npos) << body;
+  auto back = parse_query_json(body);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->at(0).epoch, 4u);
+  EXPECT_EQ(back->at(1).epoch, 0u);
+  EXPECT_EQ(
+      parse_query_json(R"({"0":{"engine_id":"p","epoch":-1,"worker_addr":{}}})").status().code(),
+      StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace crescent::bootstrap

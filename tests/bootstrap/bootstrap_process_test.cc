@@ -10,6 +10,7 @@
 
 #include "bootstrap/bootstrap_client.h"
 #include "net/http/http_client.h"
+#include "net/socket.h"
 
 namespace crescent::testing {
 namespace {
@@ -45,10 +46,14 @@ TEST(BootstrapProcess, RegisterQueryResolveThenSigtermExitsZero) {
       {{"Content-Type", "application/json"}}, soon());
   ASSERT_TRUE(raw.is_ok());
   EXPECT_EQ(raw->status, 200) << raw->body;
-  EXPECT_EQ(json::parse(raw->body), json({{"status", "ok"}}));
-  ASSERT_TRUE(bootstrap::register_with_retry(
-                  url, WorkerRegistration{"prefill-1", 1, 0, 0, "tcp://127.0.0.1:7100"}, soon())
-                  .is_ok());
+  EXPECT_EQ(json::parse(raw->body)["status"], "ok");
+  // prefill-1 is alive (something answers at its address), so prefill-2 may not replace it.
+  auto listener = net::listen_tcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.is_ok());
+  const std::string live = "tcp://127.0.0.1:" + std::to_string(*net::local_port(*listener));
+  ASSERT_TRUE(
+      bootstrap::register_with_retry(url, WorkerRegistration{"prefill-1", 1, 0, 0, live}, soon())
+          .is_ok());
   Status conflict = bootstrap::register_worker(
       url, WorkerRegistration{"prefill-2", 1, 0, 0, "tcp://127.0.0.1:7200"}, soon());
   EXPECT_EQ(conflict.code(), StatusCode::kAlreadyExists) << conflict.to_string();
@@ -59,12 +64,13 @@ TEST(BootstrapProcess, RegisterQueryResolveThenSigtermExitsZero) {
   EXPECT_EQ(
       json::parse(table->body),
       json::parse(
-          R"({"0":{"engine_id":"prefill-0","worker_addr":{"0":{"0":"tcp://127.0.0.1:7000"}}},)"
-          R"("1":{"engine_id":"prefill-1","worker_addr":{"0":{"0":"tcp://127.0.0.1:7100"}}}})"));
+          R"({"0":{"engine_id":"prefill-0","epoch":1,"worker_addr":{"0":{"0":"tcp://127.0.0.1:7000"}}},)"
+          R"("1":{"engine_id":"prefill-1","epoch":1,"worker_addr":{"0":{"0":")" +
+          live + R"("}}}})"));
   bootstrap::EngineResolver resolver;
   auto addr = resolver.resolve(url, "prefill-1", soon());
   ASSERT_TRUE(addr.is_ok()) << addr.status().to_string();
-  EXPECT_EQ(*addr, "tcp://127.0.0.1:7100");
+  EXPECT_EQ(*addr, live);
 
   EXPECT_EQ(process.terminate(10'000), 0) << process.output();
   EXPECT_NE(process.output().find("SIGTERM, stopped"), std::string::npos) << process.output();
