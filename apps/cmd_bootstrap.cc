@@ -16,12 +16,16 @@ namespace {
 int run_bootstrap(const std::vector<std::string>& args) {
   bootstrap::BootstrapServerOptions options;
   FlagParser flags(
-      "crescent bootstrap [--host 127.0.0.1] [--port 8998] [--expected-dp-ranks 1]",
+      "crescent bootstrap [--host 127.0.0.1] [--port 8998] [--expected-dp-ranks 1] "
+      "[--bootstrap-lease-ttl 10]",
       "Runs the bootstrap server on its own: prefill workers POST /register their transfer\n"
       "address "
       "({\"engine_id\",\"dp_rank\",\"tp_rank\",\"pp_rank\",\"addr\":\"tcp://host:port\"}),\n"
       "decode workers and the proxy GET /query, which answers 503 until dp ranks\n"
       "0..expected-dp-ranks-1 have all registered. GET /health is 200 while the process serves.\n"
+      "A registration with \"lease_ttl_s\" (crescent's workers) lapses unless renewed; one\n"
+      "without (vLLM's) never does. A worker may replace a dp rank's owner that is gone (its\n"
+      "lease lapsed, or nothing answers at its address); the replaced one is fenced out.\n"
       "Registrations are kept in memory only. SIGTERM or SIGINT stop it (exit 0).\n"
       "See docs/bootstrap.md.");
   flags.add("host", &options.host, "address to listen on (0.0.0.0: every interface)");
@@ -29,6 +33,9 @@ int run_bootstrap(const std::vector<std::string>& args) {
   flags.add("expected-dp-ranks", &options.expected_dp_ranks,
             "how many data-parallel ranks must register before /query answers (1..1024)");
   flags.add("threads", &options.threads, "HTTP I/O threads");
+  flags.add("bootstrap-lease-ttl", &options.max_lease_ttl_s,
+            "the longest lease granted, in seconds (0 < S <= 3600): a worker asking for more "
+            "gets this and renews accordingly");
   if (int code = flags.parse_or_exit_code(args); code >= 0) {
     return code;
   }

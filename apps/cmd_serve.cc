@@ -118,6 +118,7 @@ int run_serve(const std::vector<std::string>& args) {
       "crescent serve --model DIR|FILE [--role both|prefill|decode|encode] [--host 127.0.0.1] "
       "[--port 8000] [--served-model-name N] [--kv-transport shm|tcp|ucx] "
       "[--kv-transfer-timeout S] [--bootstrap-port 8998 | --bootstrap-addr URL] "
+      "[--bootstrap-lease-ttl 10] "
       "[--data-parallel-size N] [--max-model-len N] [--max-num-seqs N] [--threads N] "
       "[--chat-template FILE|STRING] [--enable-auto-tool-choice --tool-call-parser "
       "hermes|llama3_json]",
@@ -240,6 +241,14 @@ int run_serve(const std::vector<std::string>& args) {
   } else {
     server->set_engine(client);
   }
+  // Another engine took this one's place at the bootstrap (docs/bootstrap.md, fencing): stop
+  // serving, so that /health answers 503 and the proxy routes around this process. The engine
+  // stays alive for the requests already in flight.
+  deployment->set_on_fenced([srv = server.get()](const std::string& reason) {
+    std::fprintf(stderr, "crescent serve: fenced out, no longer serving: %s\n", reason.c_str());
+    std::fflush(stderr);
+    srv->set_engine(nullptr);
+  });
   if (!deployment->bootstrap_url().empty()) {
     std::printf("crescent serve: bootstrap %s\n", deployment->bootstrap_url().c_str());
   }

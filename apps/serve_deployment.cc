@@ -31,6 +31,11 @@ void DisaggFlags::add_to(FlagParser& flags) {
   flags.add("data-parallel-size", &data_parallel_size,
             "engine ranks in this process, each with its own model copy, KV cache and engine "
             "id; requests pick one with the X-data-parallel-rank header");
+  flags.add("bootstrap-lease-ttl", &bootstrap_lease_ttl_s,
+            "prefill, encode: seconds each registration with the bootstrap server lives unless "
+            "renewed (renewed every third of it), so that a crashed worker's entry lapses and "
+            "a restarted one can take its place; the worker whose place was taken stops "
+            "serving (/health 503). A hosted bootstrap grants at most this (0 < S <= 3600)");
   flags.add("kv-listen-host", &kv_listen_host,
             "prefill: address the KV control listener binds to and registers (default: --host)");
 }
@@ -60,6 +65,9 @@ Status DisaggFlags::validate() {
   }
   if (bootstrap_port < 0 || bootstrap_port > 65535) {
     return invalid_argument("--bootstrap-port must be 0..65535");
+  }
+  if (!(bootstrap_lease_ttl_s > 0) || bootstrap_lease_ttl_s > 3600) {
+    return invalid_argument("--bootstrap-lease-ttl must be in (0, 3600] seconds");
   }
   if (data_parallel_size < 1 || data_parallel_size > 64) {
     return invalid_argument("--data-parallel-size must be 1..64");
@@ -118,6 +126,7 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
       options.host = host;
       options.port = disagg.bootstrap_port;
       options.expected_dp_ranks = disagg.data_parallel_size;
+      options.max_lease_ttl_s = disagg.bootstrap_lease_ttl_s;
       auto server = bootstrap::BootstrapServer::start(options);
       if (!server.is_ok()) {
         return Status(server.status().code(),
@@ -191,7 +200,8 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
       reg.engine_id = d->ranks_[r].engine_id;
       reg.dp_rank = r;
       reg.addr = d->ranks_[r].connector->worker_addr();
-      Status s = bootstrap::register_with_retry(d->bootstrap_url_, reg, Deadline::after_ms(60'000));
+      reg.lease_ttl_s = disagg.bootstrap_lease_ttl_s;
+      Status s = d->register_and_keep(d->bootstrap_url_, reg);
       if (!s.is_ok()) {
         return Status(s.code(), "dp rank " + std::to_string(r) + " cannot register with the " +
                                     "bootstrap server " + d->bootstrap_url_ + ": " + s.message());
@@ -256,6 +266,9 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
                                            Deadline deadline) {
     return resolver->resolve(url, engine_id, deadline);
   };
+  options.forget = [resolver = resolver_](const std::string& url, const std::string& engine_id) {
+    resolver->invalidate(url, engine_id);
+  };
   ASSIGN_OR_RETURN(rank.connector, disagg::KvTransferConnector::create(std::move(options)));
   ASSIGN_OR_RETURN(rank.client,
                    server::EngineLoopClient::create(rank.loaded.get(), rank.connector.get()));
@@ -303,8 +316,8 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
     reg.engine_id = engine_id;
     reg.addr = ec_producer_->worker_addr();
     reg.role = std::string(bootstrap::kEncodeRole);
-    Status s =
-        bootstrap::register_with_retry(disagg.bootstrap_addr, reg, Deadline::after_ms(60'000));
+    reg.lease_ttl_s = disagg.bootstrap_lease_ttl_s;
+    Status s = register_and_keep(disagg.bootstrap_addr, reg);
     if (!s.is_ok()) {
       return Status(s.code(), "the encoder cannot register with the bootstrap server " +
                                   disagg.bootstrap_addr + ": " + s.message());
@@ -312,6 +325,42 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
     bootstrap_url_ = disagg.bootstrap_addr;
   }
   return Status::ok();
+}
+
+Status ServeDeployment::register_and_keep(const std::string& url,
+                                          const bootstrap::WorkerRegistration& reg) {
+  RETURN_IF_ERROR(bootstrap::register_with_retry(url, reg, Deadline::after_ms(60'000)));
+  lease_keepers_.push_back(std::make_unique<bootstrap::LeaseKeeper>(
+      url, reg, [this](const std::string& reason) { on_fenced(reason); }));
+  return Status::ok();
+}
+
+void ServeDeployment::on_fenced(const std::string& reason) {
+  std::function<void(const std::string&)> call;
+  {
+    std::lock_guard<std::mutex> lock(fence_mu_);
+    if (!fenced_reason_.empty()) {
+      return;  // another rank's keeper said it first
+    }
+    fenced_reason_ = reason;
+    call = on_fenced_;
+  }
+  is_fenced_ = true;
+  if (call) {
+    call(reason);
+  }
+}
+
+void ServeDeployment::set_on_fenced(std::function<void(const std::string& reason)> on_fenced) {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(fence_mu_);
+    on_fenced_ = on_fenced;
+    reason = fenced_reason_;
+  }
+  if (!reason.empty() && on_fenced) {
+    on_fenced(reason);
+  }
 }
 
 engine::EncoderRunner* ServeDeployment::encoder() const {
@@ -348,6 +397,13 @@ void ServeDeployment::render_metrics(const std::string& model_name, std::string*
   }
   if (ec_disk_consumer_) {
     *out += ec_disk_consumer_->render_metrics(model_name);
+  }
+  if (!lease_keepers_.empty()) {
+    prometheus::append_header(out, "crescent_bootstrap_fenced", "gauge",
+                              "1 once another engine replaced this process's registration with "
+                              "the bootstrap server (it no longer serves), else 0.");
+    prometheus::append_sample(out, "crescent_bootstrap_fenced{model_name=\"" + model_name + "\"}",
+                              is_fenced_.load() ? 1 : 0);
   }
   if (loaded().takes_images()) {
     prometheus::append_header(out, "crescent_vision_tower_loaded", "gauge",
@@ -400,6 +456,10 @@ void ServeDeployment::shutdown() {
     return;
   }
   is_shut_down_ = true;
+  // Renewals end first: a worker that is shutting down lets its leases lapse.
+  for (auto& keeper : lease_keepers_) {
+    keeper->stop();
+  }
   // Connectors first: transfers in flight fail and held blocks are reported released, so the
   // engines' own shutdown does not wait on a peer.
   for (Rank& rank : ranks_) {

@@ -7,7 +7,10 @@
 // a VL model does not load the tower. Wiring only: the pieces live in src/engine, src/disagg
 // and src/bootstrap.
 
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "apps/model_flags.h"
 #include "bootstrap/bootstrap_client.h"
 #include "bootstrap/bootstrap_server.h"
+#include "bootstrap/lease_keeper.h"
 #include "core/thread_pool.h"
 #include "disagg/kv_transfer_connector.h"
 #include "server/data_parallel_engine_client.h"
@@ -34,6 +38,9 @@ struct DisaggFlags {
   std::string bootstrap_addr;  // external bootstrap; empty: prefill rank 0 hosts one
   int data_parallel_size = 1;
   std::string kv_listen_host;  // the connector's control listener; empty: --host
+  // The lease of every registration (renewed every third of it), and the longest lease a
+  // hosted bootstrap grants.
+  double bootstrap_lease_ttl_s = 10;
 
   void add_to(FlagParser& flags);
   // Checks values and combinations; fills parsed_role and parsed_transport.
@@ -79,6 +86,10 @@ class ServeDeployment {
   void render_metrics(const std::string& model_name, std::string* out) const;
   // One line per rank: its engine id and worker address.
   std::string describe() const;
+  // Called once (from a lease thread) when the bootstrap refuses a renewal because another
+  // engine replaced one of this process's registrations: this process must stop serving. A
+  // fence that came before the call runs it at once. Set before the deployment serves.
+  void set_on_fenced(std::function<void(const std::string& reason)> on_fenced);
   // Aborts what runs, fails transfers in flight, stops engines, connectors and the bootstrap.
   // Idempotent.
   void shutdown();
@@ -96,6 +107,9 @@ class ServeDeployment {
                     const std::string& host, int threads_per_rank);
   Status start_encoder(const ModelFlags& model_flags, const DisaggFlags& disagg, const EcFlags& ec,
                        const std::string& host);
+  // Registers (with retries) and keeps the registration's lease (LeaseKeeper).
+  Status register_and_keep(const std::string& url, const bootstrap::WorkerRegistration& reg);
+  void on_fenced(const std::string& reason);
 
   ServeRole role_ = ServeRole::kBoth;
   std::string bootstrap_url_;
@@ -111,6 +125,11 @@ class ServeDeployment {
   std::unique_ptr<disagg::EcDiskConsumer> ec_disk_consumer_;
   std::unique_ptr<server::EcPublisher> ec_publisher_;
   std::unique_ptr<server::EcFetcher> ec_fetcher_;
+  std::vector<std::unique_ptr<bootstrap::LeaseKeeper>> lease_keepers_;
+  std::mutex fence_mu_;
+  std::string fenced_reason_;                          // GUARDED_BY(fence_mu_)
+  std::function<void(const std::string&)> on_fenced_;  // GUARDED_BY(fence_mu_)
+  std::atomic<bool> is_fenced_{false};
   bool is_shut_down_ = false;
 };
 

@@ -293,7 +293,17 @@ Result<std::string> DecodeSide::resolve(const std::string& bootstrap_url,
 
 void DecodeSide::forget_worker_locked(const std::string& addr) {
   for (auto it = resolved_.begin(); it != resolved_.end();) {
-    it = it->second == addr ? resolved_.erase(it) : std::next(it);
+    if (it->second != addr) {
+      ++it;
+      continue;
+    }
+    // The shared resolver's answer is as stale as ours: a restarted prefill engine registers
+    // under a new engine id (and may replace this one at the bootstrap).
+    if (ctx_->options->forget) {
+      const size_t nl = it->first.find('\n');
+      ctx_->options->forget(it->first.substr(0, nl), it->first.substr(nl + 1));
+    }
+    it = resolved_.erase(it);
   }
 }
 

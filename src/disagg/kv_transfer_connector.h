@@ -46,6 +46,11 @@ struct KvMemory {
 // Unavailable: the bootstrap server could not be reached.
 using EngineResolveFn = std::function<Result<std::string>(
     const std::string& bootstrap_url, const std::string& engine_id, Deadline deadline)>;
+// Drops what the resolver cached for an engine whose worker turned out dead (refused or closed
+// the connection), so that the next request for it asks the bootstrap again (EngineResolver::
+// invalidate in production). Called with the connector's lock held: it must not call back.
+using EngineForgetFn =
+    std::function<void(const std::string& bootstrap_url, const std::string& engine_id)>;
 
 struct DisaggOptions {
   std::string engine_id;  // this rank's id (registered with the bootstrap by the caller)
@@ -65,6 +70,7 @@ struct DisaggOptions {
   KvCompatInfo compat;
   KvMemory memory;
   EngineResolveFn resolve;  // decode side; required unless the engine is prefill-only
+  EngineForgetFn forget;    // decode side; optional
   // Where to count (crescent_kv_transfer_*): share one among the ranks of a process so that
   // /metrics shows each family once. Null: the connector keeps its own.
   std::shared_ptr<TransferMetrics> metrics;
