@@ -134,8 +134,7 @@ void BootstrapServer::Impl::handle_register(const net::http::Request& request,
     CRESCENT_LOG(kWarn) << "bootstrap: refused a registration from " << request.remote_address
                         << ": " << s.message();
     if (s.code() == StatusCode::kFailedPrecondition) {
-      send_error(w, 409, s.message(), "invalid_request_error",
-                 "registration_fenced");
+      send_error(w, 409, s.message(), "invalid_request_error", "registration_fenced");
       return;
     }
     bool conflict = s.code() == StatusCode::kAlreadyExists;
