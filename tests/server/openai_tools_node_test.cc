@@ -6,6 +6,7 @@
 //   --enable-auto-tool-choice --tool-call-parser hermes: the flags' wiring and the 400.
 
 #include <gtest/gtest.h>
+
 #include <string>
 
 #include "server/fake_engine_client.h"
