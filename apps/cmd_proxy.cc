@@ -34,6 +34,14 @@ int run_proxy(const std::vector<std::string>& args) {
   if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
     options.default_authorization = std::string("Bearer ") + key;
   }
+  // vLLM's VLLM_API_KEY rule: the flag wins, an empty variable is no key.
+  for (auto [variable, key] : {std::pair{"CRESCENT_API_KEY", &options.api_key},
+                               std::pair{"CRESCENT_UPSTREAM_API_KEY", &options.upstream_api_key}}) {
+    const char* value = std::getenv(variable);
+    if (key->empty() && value != nullptr && *value != '\0') {
+      *key = value;
+    }
+  }
   // Every thread started from here on inherits the mask; the main thread takes the signals
   // with sigwait.
   sigset_t signals;
@@ -56,6 +64,10 @@ int run_proxy(const std::vector<std::string>& args) {
   }
   std::printf("crescent proxy: listening on http://%s:%d (%s)\n", options.host.c_str(),
               proxy->port(), pools.c_str());
+  // Whether keys are in use, never the keys.
+  std::printf("crescent proxy: API key %s, upstream API key %s\n",
+              options.api_key.empty() ? "off" : "required on /v1/*",
+              options.upstream_api_key.empty() ? "off (the client's header is passed on)" : "set");
   for (const auto& p : options.prefills) {
     std::printf("crescent proxy: prefill %s, bootstrap %s\n", p.server.url.c_str(),
                 p.bootstrap_addr().c_str());

@@ -20,6 +20,7 @@
 #include "apps/multimodal_flags.h"
 #include "apps/serve_deployment.h"
 #include "core/clock.h"
+#include "net/http/api_key.h"
 #include "server/openai_server.h"
 #include "server/tool_parsers/tool_parser.h"
 
@@ -77,6 +78,7 @@ struct ServeFlags {
   double drain_timeout_s = 30;
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  std::string api_key;
 
   void add_to(FlagParser& flags) {
     flags.add("host", &host, "address to listen on");
@@ -93,10 +95,24 @@ struct ServeFlags {
     flags.add("tool-call-parser", &tool_call_parser,
               "how tool calls are written in the model's output: hermes (Qwen2.5, Qwen3, "
               "Hermes) or llama3_json (Llama 3.1/3.2 JSON tool calling)");
+    flags.add("api-key", &api_key,
+              "clients must send 'Authorization: Bearer KEY' (compared in constant time; else "
+              "401) on every path but /health, /metrics and /version, which stay open for health "
+              "checks and scrapes (vLLM's --api-key). Default: $CRESCENT_API_KEY if set, else no "
+              "key. A key on the command line shows in `ps`: prefer the variable");
   }
 
   // vLLM's rule: the flag without a parser cannot work, so it stops the start.
-  Status validate() const {
+  Status validate() {
+    const char* from_env = std::getenv("CRESCENT_API_KEY");
+    if (api_key.empty() && from_env != nullptr && *from_env != '\0') {
+      api_key = from_env;  // vLLM's VLLM_API_KEY rule: the flag wins, empty is no key
+    }
+    if (!api_key.empty()) {
+      if (Status s = net::http::ApiKeyCheck::make(api_key).status(); !s.is_ok()) {
+        return invalid_argument("--api-key (or CRESCENT_API_KEY): " + s.message());
+      }
+    }
     if (enable_auto_tool_choice && tool_call_parser.empty()) {
       return invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (" +
                               server::tool_parser_names() + ")");
@@ -121,10 +137,15 @@ int run_serve(const std::vector<std::string>& args) {
       "[--bootstrap-lease-ttl 10] "
       "[--data-parallel-size N] [--max-model-len N] [--max-num-seqs N] [--threads N] "
       "[--chat-template FILE|STRING] [--enable-auto-tool-choice --tool-call-parser "
-      "hermes|llama3_json]",
+      "hermes|llama3_json] [--api-key KEY]",
       "Serves one model over the OpenAI HTTP API: /v1/completions, /v1/chat/completions,\n"
       "/v1/models, /health (503 until loaded), /metrics (Prometheus). SIGTERM or SIGINT stop\n"
       "accepting, let requests finish for --drain-timeout-s, abort the rest and exit 0.\n"
+      "\n"
+      "Security: the server listens on 127.0.0.1 unless --host says otherwise. --api-key (or\n"
+      "CRESCENT_API_KEY) guards the OpenAI API; the bootstrap server, the KV control listener\n"
+      "and the transfer listener of --role prefill|decode have no authentication yet: keep\n"
+      "them on a private network. See docs/deployment.md.\n"
       "\n"
       "Chat: messages are rendered with the model's chat template (or --chat-template's) as\n"
       "transformers renders them; requests may send chat_template, chat_template_kwargs (e.g.\n"
@@ -190,6 +211,7 @@ int run_serve(const std::vector<std::string>& args) {
   options.served_model_name = serve.served_model_name;
   options.enable_auto_tool_choice = serve.enable_auto_tool_choice;
   options.tool_call_parser = serve.tool_call_parser;
+  options.api_key = serve.api_key;
   if (options.served_model_name.empty()) {
     std::string m = model_flags.model;
     while (m.size() > 1 && m.back() == '/') {
@@ -209,8 +231,9 @@ int run_serve(const std::vector<std::string>& args) {
     return 1;
   }
   auto& server = *server_or;
-  std::printf("crescent serve: listening on http://%s:%d (loading %s, role %s)\n",
-              serve.host.c_str(), server->port(), model_flags.model.c_str(), disagg.role.c_str());
+  std::printf("crescent serve: listening on http://%s:%d (loading %s, role %s, API key %s)\n",
+              serve.host.c_str(), server->port(), model_flags.model.c_str(), disagg.role.c_str(),
+              serve.api_key.empty() ? "off" : "required on /v1/*");
   std::fflush(stdout);
 
   auto deployment_or = ServeDeployment::start(model_flags, disagg, ec, serve.host);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 namespace crescent::internal {
@@ -59,7 +60,64 @@ std::string_view without_exception_tag(std::string_view what) {
   return what;
 }
 
+// "at line L, column C" of the byte at `offset` (columns count bytes, as nlohmann's do).
+std::string where(std::string_view text, size_t offset) {
+  const std::string_view before = text.substr(0, offset);
+  const size_t line = 1 + std::count(before.begin(), before.end(), '\n');
+  const size_t line_start = before.rfind('\n');
+  const size_t column = line_start == std::string_view::npos ? offset + 1 : offset - line_start;
+  return "at line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+// The offset just past the string whose opening quote is at `open`, or npos when it never
+// closes (the parser reports that). memchr keeps this fast on long strings (base64 images).
+size_t skip_string(std::string_view text, size_t open) {
+  size_t from = open + 1;
+  while (from < text.size()) {
+    const void* found = std::memchr(text.data() + from, '"', text.size() - from);
+    if (found == nullptr) {
+      return std::string_view::npos;
+    }
+    const size_t quote = static_cast<const char*>(found) - text.data();
+    size_t first_backslash = quote;
+    while (first_backslash > from && text[first_backslash - 1] == '\\') {
+      --first_backslash;
+    }
+    if ((quote - first_backslash) % 2 == 0) {
+      return quote + 1;  // not escaped
+    }
+    from = quote + 1;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
+
+Status check_json_depth(std::string_view text, std::string_view subject, int max_depth) {
+  int depth = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '"') {
+      i = skip_string(text, i);
+      if (i == std::string_view::npos) {
+        return Status::ok();
+      }
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return invalid_argument(std::string(subject) + " nests arrays and objects more than " +
+                                std::to_string(max_depth) + " levels deep (" + where(text, i) +
+                                ")");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+    ++i;
+  }
+  return Status::ok();
+}
 
 Status json_parse_error(std::string_view text, std::string_view subject) {
   constexpr size_t kMaxTokenChars = 40;
@@ -79,13 +137,8 @@ Status json_parse_error(std::string_view text, std::string_view subject) {
       start = recorder.position >= token.size() ? recorder.position - token.size() : 0;
     }
     start = std::min(start, text.size());
-    const std::string_view before = text.substr(0, start);
-    const size_t line = 1 + std::count(before.begin(), before.end(), '\n');
-    const size_t line_start = before.rfind('\n');
-    const size_t column = line_start == std::string_view::npos ? start + 1 : start - line_start;
-    return invalid_argument(std::string(subject) + " has a number out of range at line " +
-                            std::to_string(line) + ", column " + std::to_string(column) + ": " +
-                            clipped(token, kMaxTokenChars) +
+    return invalid_argument(std::string(subject) + " has a number out of range " +
+                            where(text, start) + ": " + clipped(token, kMaxTokenChars) +
                             " does not fit in a double (largest magnitude about 1.8e308)");
   }
   return invalid_argument(std::string(subject) + " is not valid JSON: " +

@@ -1,8 +1,9 @@
 #pragma once
 // Parsing JSON that comes from outside the process (request bodies, registrations) with
 // nlohmann::json, without letting the library's exceptions out. Every way a text can fail —
-// bad syntax, invalid UTF-8, trailing bytes, a number a double cannot hold (1e400) — comes
-// back as an InvalidArgument Status whose message is a sentence a client can act on.
+// bad syntax, invalid UTF-8, trailing bytes, a number a double cannot hold (1e400), arrays and
+// objects nested deeper than a limit — comes back as an InvalidArgument Status whose message
+// is a sentence a client can act on.
 
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -11,9 +12,17 @@
 
 namespace crescent {
 
+// How deep arrays and objects may nest in parse_json() by default. nlohmann parses any depth,
+// but copying, comparing and dumping a value recurse once per level: a body of a few MB of
+// '[' would overflow a thread's stack later, far from the parse.
+inline constexpr int kMaxJsonDepth = 512;
+
 namespace internal {
 // Why `text`, which nlohmann rejected, is not usable JSON (see parse_json).
 Status json_parse_error(std::string_view text, std::string_view subject);
+// OK when no array or object in `text` opens deeper than max_depth levels (strings skipped);
+// a linear scan, so it runs before the parser. Says nothing about the rest of the syntax.
+Status check_json_depth(std::string_view text, std::string_view subject, int max_depth);
 }  // namespace internal
 
 // Parses `text` as one JSON value; BasicJson is nlohmann::json or nlohmann::ordered_json.
@@ -21,8 +30,12 @@ Status json_parse_error(std::string_view text, std::string_view subject);
 //   "the request body is not valid JSON: parse error at line 1, column 5: ..."
 //   "the request body has a number out of range at line 1, column 27: 1e400 does not fit in a
 //    double (largest magnitude about 1.8e308)"
+//   "the request body nests arrays and objects more than 512 levels deep (at line 1, column
+//    513)"
 template <typename BasicJson = nlohmann::json>
-Result<BasicJson> parse_json(std::string_view text, std::string_view subject) {
+Result<BasicJson> parse_json(std::string_view text, std::string_view subject,
+                             int max_depth = kMaxJsonDepth) {
+  RETURN_IF_ERROR(internal::check_json_depth(text, subject, max_depth));
   BasicJson j = BasicJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return internal::json_parse_error(text, subject);

@@ -25,6 +25,8 @@ std::string error_body(int http_status, std::string_view message, std::string_vi
 
 std::string_view error_type_for(int http_status) {
   switch (http_status) {
+    case 401:
+      return "authentication_error";
     case 404:
       return "not_found_error";
     case 503:

@@ -12,7 +12,8 @@ namespace crescent::proxy {
 std::string error_body(int http_status, std::string_view message, std::string_view type);
 
 // The error type OpenAI clients expect for a status: invalid_request_error (4xx),
-// not_found_error (404), service_unavailable (503), timeout (504), upstream_error (other 5xx).
+// authentication_error (401), not_found_error (404), service_unavailable (503), timeout (504),
+// upstream_error (other 5xx).
 std::string_view error_type_for(int http_status);
 
 // `data: {"error": {...}}` and `data: [DONE]`, each ending an event: how a stream that already

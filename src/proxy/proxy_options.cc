@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "net/http/api_key.h"
+
 namespace crescent::proxy {
 namespace {
 
@@ -156,10 +158,19 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       name = name.substr(0, eq);
       has_inline_value = true;
     }
-    static const char* const kKnown[] = {
-        "host",       "port",          "prefill",          "decode",
-        "pd",         "encode",        "encode-timeout-s", "request-timeout",
-        "io-threads", "drain-timeout", "prefill-images"};
+    static const char* const kKnown[] = {"host",
+                                         "port",
+                                         "prefill",
+                                         "decode",
+                                         "pd",
+                                         "encode",
+                                         "encode-timeout-s",
+                                         "request-timeout",
+                                         "io-threads",
+                                         "drain-timeout",
+                                         "prefill-images",
+                                         "api-key",
+                                         "upstream-api-key"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return name == k; }) == std::end(kKnown)) {
       return invalid_argument("unknown flag --" + name + " (see --help)");
@@ -211,6 +222,12 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
         return invalid_argument("--prefill-images expects 'full' or 'ref', got '" + value + "'");
       }
       o.prefill_image_refs = value == "ref";
+    } else if (name == "api-key" || name == "upstream-api-key") {
+      // The key itself never goes into a message.
+      if (Status s = net::http::ApiKeyCheck::make(value).status(); !s.is_ok()) {
+        return invalid_argument("--" + name + ": " + s.message());
+      }
+      (name == "api-key" ? o.api_key : o.upstream_api_key) = value;
     } else if (name == "request-timeout") {
       ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds("--request-timeout", value));
     } else if (name == "drain-timeout") {
@@ -251,6 +268,7 @@ std::string proxy_help_text() {
                       --prefill URL [BOOTSTRAP_PORT|none] [--prefill ...]
                       --decode URL [--decode ...]
                       [--request-timeout S] [--io-threads N] [--drain-timeout S]
+                      [--api-key KEY] [--upstream-api-key KEY]
        crescent proxy [--encode URL ...] --pd URL [--pd ...] [...]
 
 An OpenAI-compatible router for disaggregated serving: each request is prefilled on one
@@ -307,9 +325,18 @@ flags:
   --request-timeout S    bounds each whole request, first byte to last (default 600)
   --io-threads N         I/O threads for clients, and as many for upstream calls (default 2)
   --drain-timeout S      on SIGTERM/SIGINT, how long in-flight requests may finish (default 30)
+  --api-key KEY          clients must send 'Authorization: Bearer KEY' (compared in constant
+                         time; else 401) on every path but /health and /metrics, which stay
+                         open for health checks and scrapes. Default: $CRESCENT_API_KEY if
+                         set, else no key (vLLM's --api-key / VLLM_API_KEY)
+  --upstream-api-key KEY sent as 'Authorization: Bearer KEY' to every prefill, decode and
+                         encoder server (those started with `crescent serve --api-key KEY`),
+                         in place of the client's header. Default: $CRESCENT_UPSTREAM_API_KEY
 
-Authorization: the client's header is passed on; without one, OPENAI_API_KEY (if set) is sent
-as "Bearer $OPENAI_API_KEY", as the reference proxy does.
+Authorization upstream: with --upstream-api-key, that key; otherwise the client's header is
+passed on, and without one OPENAI_API_KEY (if set) is sent as "Bearer $OPENAI_API_KEY", as the
+reference proxy does. A key on the command line shows in `ps`: prefer the environment variables.
+The bootstrap servers' /query, which the proxy polls, has no authentication (docs/deployment.md).
 
 examples:
   crescent proxy --port 8000 --prefill http://10.0.0.1:8010 8998 --decode http://10.0.0.2:8020

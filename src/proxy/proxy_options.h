@@ -67,6 +67,13 @@ struct ProxyOptions {
   // Sent as Authorization to prefill and decode servers when the client sent none
   // ("Bearer $OPENAI_API_KEY" like the reference proxy); "" sends nothing.
   std::string default_authorization;
+  // --api-key (vLLM's): clients need `Authorization: Bearer <api_key>` on every path but
+  // /health and /metrics (else 401); "" leaves the proxy open.
+  std::string api_key;
+  // --upstream-api-key: sent as `Authorization: Bearer <key>` to every prefill, decode and
+  // encoder server (started with --api-key), instead of the client's header; "" passes the
+  // client's header on (or default_authorization).
+  std::string upstream_api_key;
   // How often the readiness poller retries a prefill that is not ready, and how often it
   // polls a ready one (to route around a prefill that is down, and to follow new engine ids
   // after a restart).

@@ -135,6 +135,10 @@ TEST(ProxyArgsTest, UsageErrorsSayWhatIsWrong) {
            {{"--pd", "http://pd:1", "--decode", d}, "--pd"},
            {{"--pd", "http://pd:1", "--prefill", p}, "--pd"},
            {{"--encode", "http://e:1"}, "--prefill"},
+           {{"--prefill", p, "--decode", d, "--api-key="}, "--api-key: the API key is empty"},
+           {{"--prefill", p, "--decode", d, "--api-key", "a b"}, "--api-key: "},
+           {{"--prefill", p, "--decode", d, "--upstream-api-key"}, "needs a value"},
+           {{"--prefill", p, "--decode", d, "--upstream-api-key", "k\x01"}, "visible ASCII"},
        }) {
     auto parsed = parse_proxy_args(c.args);
     ASSERT_FALSE(parsed.is_ok()) << c.message;
@@ -142,6 +146,19 @@ TEST(ProxyArgsTest, UsageErrorsSayWhatIsWrong) {
     EXPECT_NE(parsed.status().message().find(c.message), std::string::npos)
         << parsed.status().message();
   }
+}
+
+TEST(ProxyOptionsTest, ApiKeys) {
+  auto parsed = parse_proxy_args({"--prefill", "http://p:1", "--decode", "http://d:1", "--api-key",
+                                  "sk-client", "--upstream-api-key=sk-workers"});
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->options.api_key, "sk-client");
+  EXPECT_EQ(parsed->options.upstream_api_key, "sk-workers");
+  auto none = parse_proxy_args({"--prefill", "http://p:1", "--decode", "http://d:1"});
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_TRUE(none->options.api_key.empty());
+  EXPECT_TRUE(none->options.upstream_api_key.empty());
+  EXPECT_NE(proxy_help_text().find("--upstream-api-key KEY"), std::string::npos);
 }
 
 }  // namespace

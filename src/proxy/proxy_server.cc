@@ -131,6 +131,12 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
         "the proxy needs at least one prefill and one decode server, or one pd server");
   }
   std::unique_ptr<ProxyServer> proxy(new ProxyServer(std::move(options)));
+  if (!proxy->options_.api_key.empty()) {
+    ASSIGN_OR_RETURN(proxy->api_key_, net::http::ApiKeyCheck::make(proxy->options_.api_key));
+  }
+  if (!proxy->options_.upstream_api_key.empty()) {
+    RETURN_IF_ERROR(net::http::ApiKeyCheck::make(proxy->options_.upstream_api_key).status());
+  }
   net::http::ServerOptions http;
   http.host = proxy->options_.host;
   http.port = proxy->options_.port;
@@ -180,7 +186,18 @@ void ProxyServer::release_request_id(const std::string& id) {
   ids_in_flight_.erase(id);
 }
 
+std::string ProxyServer::upstream_authorization(const Request& request) const {
+  if (!options_.upstream_api_key.empty()) {
+    return "Bearer " + options_.upstream_api_key;
+  }
+  std::string authorization = request.header("authorization");
+  return authorization.empty() ? options_.default_authorization : authorization;
+}
+
 void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer) {
+  if (auto refusal = api_key_.refusal(request)) {
+    return send_error(*writer, 401, *refusal, net::http::unauthorized_headers());
+  }
   const std::string& path = request.path;
   auto require_method = [&](const char* method) {
     if (request.method == method) {
@@ -258,10 +275,7 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
                             "unique");
     }
   }
-  std::string authorization = request.header("authorization");
-  if (authorization.empty()) {
-    authorization = options_.default_authorization;
-  }
+  std::string authorization = upstream_authorization(request);
   Completion completion;
   completion.endpoint = endpoint;
   completion.request_id = *request_id;
@@ -373,10 +387,7 @@ void ProxyServer::handle_models(const Request& request,
                                 const std::shared_ptr<ResponseWriter>& writer) {
   const UpstreamUrl& decode = next_decode();
   net::http::Headers headers;
-  std::string authorization = request.header("authorization");
-  if (authorization.empty()) {
-    authorization = options_.default_authorization;
-  }
+  const std::string authorization = upstream_authorization(request);
   if (!authorization.empty()) {
     headers["Authorization"] = authorization;
   }

@@ -9,6 +9,7 @@
 //   GET  /v1/models                             -> forwarded to a decode server
 //   GET  /health                                -> 200 once every prefill is ready, else 503
 //   GET  /metrics                               -> Prometheus text (proxy_metrics.h)
+// With --api-key every path but /health and /metrics needs the client's key (else 401).
 //
 // Upstream calls are asynchronous (upstream_client.h): the HTTP server's I/O threads never
 // block, and a request in flight costs two sockets and a few KiB, not a thread.
@@ -23,6 +24,7 @@
 
 #include "core/status.h"
 #include "core/task_queue.h"
+#include "net/http/api_key.h"
 #include "net/http/http_server.h"
 #include "proxy/encoder_stage.h"
 #include "proxy/prefill_registry.h"
@@ -74,6 +76,8 @@ class ProxyServer {
   void dispatch(const Completion& completion, const Json* ec_items,
                 const std::shared_ptr<net::http::ResponseWriter>& writer);
   void release_request_id(const std::string& id);
+  // The Authorization header for upstream calls made for `request` ("" for none).
+  std::string upstream_authorization(const net::http::Request& request) const;
   // The next decode server, or the next --pd server in --pd mode.
   const UpstreamUrl& next_decode();
 
@@ -81,6 +85,7 @@ class ProxyServer {
   static constexpr size_t kLargeBodyBytes = 256 << 10;
 
   const ProxyOptions options_;
+  net::http::ApiKeyCheck api_key_;  // from options_.api_key; set before listening
   ProxyMetrics metrics_;
   PrefillRegistry registry_;
   // Request ids of relays in flight: two requests with one transfer id would swap KV.

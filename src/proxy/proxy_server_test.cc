@@ -749,6 +749,73 @@ TEST_F(ProxyTest, DefaultAuthorizationWhenTheClientSendsNone) {
             "Bearer from-env");
 }
 
+// --api-key: clients need the key on every path but /health and /metrics; --upstream-api-key
+// is what P and D get, in place of the client's header.
+TEST_F(ProxyTest, ApiKeyGuardsTheClientSideAndUpstreamKeyGoesToPAndD) {
+  start({1}, 1, true, [](ProxyOptions& o) {
+    o.api_key = "sk-proxy";
+    o.upstream_api_key = "sk-workers";
+    o.default_authorization = "Bearer from-env";  // the upstream key wins over it too
+  });
+  const char* body = R"({"prompt":"a","max_tokens":2})";
+  const std::pair<std::optional<std::string>, const char*> refused[] = {
+      {std::nullopt, "needs an API key"},
+      {"Basic sk-proxy", "Bearer scheme"},
+      {"Bearer sk-workers", "invalid API key"},
+  };
+  for (const auto& [header, says] : refused) {
+    net::http::Headers h;
+    if (header) {
+      h["Authorization"] = *header;
+    }
+    auto r = post("/v1/completions", body, h);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(r->status, 401) << r->body;
+    EXPECT_EQ(r->header("www-authenticate"), "Bearer");
+    Json e = parse(r->body);
+    EXPECT_EQ(e["error"]["code"], 401);
+    EXPECT_EQ(e["error"]["type"], "authentication_error");
+    const std::string message = e["error"]["message"];
+    EXPECT_NE(message.find(says), std::string::npos) << message;
+    EXPECT_EQ(message.find("sk-"), std::string::npos) << message;
+  }
+  HttpClient client("127.0.0.1", proxy_->port());
+  auto models = client.request("GET", "/v1/models", "", {}, soon());
+  ASSERT_TRUE(models.is_ok());
+  EXPECT_EQ(models->status, 401);
+  EXPECT_TRUE(prefills_[0]->server.requests_to("/v1/completions").empty());
+  EXPECT_TRUE(decodes_[0]->requests_to("/v1/completions").empty());
+  EXPECT_TRUE(decodes_[0]->requests_to("/v1/models").empty());
+  EXPECT_EQ(get("/health")->status, 200);
+  EXPECT_EQ(get("/metrics")->status, 200);
+
+  auto ok = post("/v1/completions", body, {{"Authorization", "Bearer sk-proxy"}});
+  ASSERT_TRUE(ok.is_ok());
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto listed =
+      client.request("GET", "/v1/models", "", {{"Authorization", "Bearer sk-proxy"}}, soon());
+  ASSERT_TRUE(listed.is_ok());
+  EXPECT_EQ(listed->status, 200) << listed->body;
+  ASSERT_TRUE(prefills_[0]->server.wait_for_requests("/v1/completions", 1, kWaitMs));
+  EXPECT_EQ(prefills_[0]->server.requests_to("/v1/completions")[0].header("authorization"),
+            "Bearer sk-workers");
+  EXPECT_EQ(decodes_[0]->requests_to("/v1/completions")[0].header("authorization"),
+            "Bearer sk-workers");
+  EXPECT_EQ(decodes_[0]->requests_to("/v1/models")[0].header("authorization"), "Bearer sk-workers");
+}
+
+TEST_F(ProxyTest, DeepNestingIs400BeforeAnyUpstream) {
+  start({1}, 1);
+  std::string body = R"({"prompt":"a","user":)";
+  body.append(100'000, '[').append(100'000, ']').append("}");
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 400) << r->body.substr(0, 200);
+  EXPECT_NE(r->body.find("more than 512 levels deep"), std::string::npos) << r->body;
+  EXPECT_TRUE(prefills_[0]->server.requests_to("/v1/completions").empty());
+  EXPECT_TRUE(decodes_[0]->requests_to("/v1/completions").empty());
+}
+
 TEST(ProxyServerStartTest, TakenPortIsAnErrorNotACrash) {
   FakeServer taken([](const net::http::Request&, auto w) { w->send(200, "text/plain", ""); });
   ProxyOptions options;

@@ -10,19 +10,6 @@ namespace crescent::server {
 
 using json = nlohmann::json;
 
-namespace {
-
-ApiError server_error(int status, std::string message, std::string type) {
-  ApiError e;
-  e.http_status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  e.code = std::to_string(status);
-  return e;
-}
-
-}  // namespace
-
 EncodeHandler::Reply EncodeHandler::encode(const std::vector<PreparedImage>& images,
                                            const std::string& response_id,
                                            const std::string& model_name, int64_t created) {
@@ -58,7 +45,7 @@ EncodeHandler::Reply EncodeHandler::encode(const std::vector<PreparedImage>& ima
                                std::to_string(images.size()) + ": " + item.status().message();
       if (item.status().code() == StatusCode::kResourceExhausted) {
         num_pool_full_total_.fetch_add(1);
-        return {503, error_json(server_error(
+        return {503, error_json(api_error(
                          503,
                          "the encoder's tensor pool is full (every tensor in it is reserved for "
                          "a consumer that has not pulled it yet); retry later or raise "
@@ -67,8 +54,8 @@ EncodeHandler::Reply EncodeHandler::encode(const std::vector<PreparedImage>& ima
                          "service_unavailable"))};
       }
       CRESCENT_LOG(kWarn) << "encode request " << response_id << ": " << what;
-      return {500, error_json(server_error(500, "image encoding failed: " + what,
-                                           "internal_server_error"))};
+      return {500, error_json(
+                       api_error(500, "image encoding failed: " + what, "internal_server_error"))};
     }
     if (was_cached) {
       num_pool_hits_total_.fetch_add(1);

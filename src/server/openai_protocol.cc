@@ -437,6 +437,10 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"modalities", is_text_modality, R"(null or ["text"])"},
     {"reasoning_effort", is_null, "null"},
     {"web_search_options", is_null, "null"},
+    {"logits_processors", is_null_or_empty, "null or []"},
+    {"prompt_embeds", is_null, "null"},
+    {"return_token_ids", is_null_or_false, "null or false"},
+    {"vllm_xargs", is_null_or_empty, "null or {}"},
 };
 
 // Fields of the chat endpoint that a completion request may carry only at values that ask for
@@ -807,14 +811,21 @@ ApiError bad_request(std::string message, std::string param) {
   e.http_status = 400;
   e.message = std::move(message);
   e.param = std::move(param);
-  e.code = "400";
+  return e;
+}
+
+ApiError api_error(int http_status, std::string message, std::string type) {
+  ApiError e;
+  e.http_status = http_status;
+  e.message = std::move(message);
+  e.type = std::move(type);
   return e;
 }
 
 json error_json(const ApiError& error) {
   json e = {{"message", error.message}, {"type", error.type}};
   e["param"] = error.param.empty() ? json(nullptr) : json(error.param);
-  e["code"] = error.code.empty() ? json(nullptr) : json(error.code);
+  e["code"] = error.http_status;
   return json{{"error", e}};
 }
 
@@ -871,6 +882,12 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
     CRESCENT_RETURN_IF_API_ERROR(get_bool(*it, "include_usage", &out->include_usage));
     CRESCENT_RETURN_IF_API_ERROR(
         get_bool(*it, "continuous_usage_stats", &out->continuous_usage_stats));
+    // vLLM's rule: options of a stream that is not there would be silently dropped ({} asks
+    // for nothing, as in vLLM).
+    if (!out->stream && !it->empty()) {
+      return bad_request("'stream_options' can only be given when 'stream' is true",
+                         "stream_options");
+    }
   }
   if (auto it = j.find("kv_transfer_params"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {

@@ -21,10 +21,13 @@ struct ApiError {
   std::string message;
   std::string type = "invalid_request_error";  // or "not_found_error", "internal_server_error"
   std::string param;                           // "" -> null
-  std::string code;                            // "" -> null
 };
+// {"error": {"message", "type", "param", "code"}} with `code` the HTTP status as an integer,
+// as vLLM writes it.
 nlohmann::json error_json(const ApiError& error);
 ApiError bad_request(std::string message, std::string param = "");
+// Any other status: 401, 404, 5xx.
+ApiError api_error(int http_status, std::string message, std::string type);
 
 enum class Endpoint { kCompletions, kChat };
 

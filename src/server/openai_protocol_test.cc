@@ -256,6 +256,43 @@ TEST(OpenAiProtocolTest, BadSamplingExtensionsNameTheirField) {
 
 // Fields crescent does not implement are refused by name unless they ask for nothing, on both
 // endpoints; what they would ask for is never silently dropped.
+// vLLM's rule: stream_options on a request that does not stream would be silently dropped.
+TEST(OpenAiProtocolTest, StreamOptionsWithoutStreamIs400) {
+  for (const char* body : {
+           R"({"prompt":"x","stream_options":{"include_usage":true}})",
+           R"({"prompt":"x","stream":false,"stream_options":{"include_usage":true}})",
+           R"({"prompt":"x","stream":null,"stream_options":{"continuous_usage_stats":false}})",
+       }) {
+    ApiError e = parse_error(body);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, "stream_options") << body;
+    EXPECT_NE(e.message.find("'stream_options' can only be given when 'stream' is true"),
+              std::string::npos)
+        << e.message;
+  }
+  ApiError chat = parse_error(
+      R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
+      Endpoint::kChat);
+  EXPECT_EQ(chat.param, "stream_options");
+  // {} and null ask for nothing; with stream they are honoured.
+  EXPECT_FALSE(parse_ok(R"({"prompt":"x","stream_options":{}})").include_usage);
+  EXPECT_FALSE(parse_ok(R"({"prompt":"x","stream_options":null})").include_usage);
+  EXPECT_TRUE(parse_ok(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})")
+                  .include_usage);
+}
+
+TEST(OpenAiProtocolTest, DeepNestingIs400) {
+  const std::string deep = std::string(600, '[') + std::string(600, ']');
+  ApiError e = parse_error(R"({"prompt":"x","user":)" + deep + "}");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.message.find("the request body nests arrays and objects more than 512 levels deep"),
+            std::string::npos)
+      << e.message;
+  // Within the limit, an unknown field nests as deep as it likes.
+  const std::string ok_deep = std::string(500, '[') + std::string(500, ']');
+  parse_ok(R"({"prompt":"x","user":)" + ok_deep + "}");
+}
+
 TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
   const char* refused[] = {
       R"("best_of":2)",
@@ -286,6 +323,10 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
       R"("modalities":["text","audio"])",
       R"("reasoning_effort":"low")",
       R"("web_search_options":{})",
+      R"("logits_processors":["my.module:Processor"])",
+      R"("prompt_embeds":"AAAA")",
+      R"("return_token_ids":true)",
+      R"("vllm_xargs":{"k":1})",
   };
   for (const char* field : refused) {
     const std::string_view quoted(field);
@@ -531,7 +572,10 @@ TEST(OpenAiProtocolTest, ErrorShape) {
   EXPECT_EQ(j["error"]["message"], "bad");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "max_tokens");
-  EXPECT_TRUE(j["error"].contains("code"));
+  EXPECT_EQ(j["error"]["code"], 400);  // an integer, as vLLM writes it
+  auto unauthorized = error_json(api_error(401, "no key", "authentication_error"));
+  EXPECT_EQ(unauthorized["error"]["code"], 401);
+  EXPECT_TRUE(unauthorized["error"]["param"].is_null());
 }
 
 TEST(OpenAiProtocolTest, DumpReplacesInvalidUtf8) {

@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/ids.h"
+#include "core/json.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
 #include "server/openai_protocol.h"
@@ -26,15 +27,6 @@ int64_t unix_seconds() {
   return static_cast<int64_t>(std::time(nullptr));
 }
 
-ApiError make_error(int status, std::string message, std::string type) {
-  ApiError e;
-  e.http_status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  e.code = std::to_string(status);
-  return e;
-}
-
 // What a failed generation answers. A decode-side request whose remote KV fetch failed names
 // a fault upstream of this server: 504 when a deadline passed, 502 when the prefill side, the
 // bootstrap or the link failed. A request that conflicts with another (a reused request id or
@@ -44,22 +36,22 @@ ApiError generation_error(const GenerationOutput& out, const engine::KvTransferP
   switch (out.error_code) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kAlreadyExists:
-      return make_error(400, std::move(message), "invalid_request_error");
+      return api_error(400, std::move(message), "invalid_request_error");
     case StatusCode::kInternal:
     case StatusCode::kOk:
       break;
     case StatusCode::kDeadlineExceeded:
       if (kv.do_remote_prefill) {
-        return make_error(504, std::move(message), "timeout_error");
+        return api_error(504, std::move(message), "timeout_error");
       }
       break;
     default:
       if (kv.do_remote_prefill) {
-        return make_error(502, std::move(message), "upstream_error");
+        return api_error(502, std::move(message), "upstream_error");
       }
       break;
   }
-  return make_error(500, std::move(message), "internal_server_error");
+  return api_error(500, std::move(message), "internal_server_error");
 }
 
 json usage_json(int prompt, int completion, int cached) {
@@ -185,6 +177,9 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::start(OpenAiServerOptions op
   if (!options.tool_call_parser.empty()) {
     ASSIGN_OR_RETURN(server->tool_parser_, make_tool_parser(options.tool_call_parser));
   }
+  if (!options.api_key.empty()) {
+    ASSIGN_OR_RETURN(server->api_key_, net::http::ApiKeyCheck::make(options.api_key));
+  }
   OpenAiServer* self = server.get();
   ASSIGN_OR_RETURN(
       server->http_,
@@ -243,6 +238,12 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
       {"/health", "GET"},  {"/v1/models", "GET"},       {"/metrics", "GET"},
       {"/version", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
   };
+  // Before routing, as vLLM's middleware: without the key a client learns nothing of the paths.
+  if (auto refusal = api_key_.refusal(request)) {
+    return send_json(*writer, 401,
+                     dump_json(error_json(api_error(401, *refusal, "authentication_error"))),
+                     net::http::unauthorized_headers());
+  }
   const Route* route = nullptr;
   for (const auto& r : kRoutes) {
     if (request.path == r.path) {
@@ -252,12 +253,12 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
   if (route == nullptr) {
     return send_json(
         *writer, 404,
-        dump_json(error_json(make_error(404, "no route for " + request.path, "not_found_error"))));
+        dump_json(error_json(api_error(404, "no route for " + request.path, "not_found_error"))));
   }
   if (request.method != route->method) {
     return send_json(
         *writer, 405,
-        dump_json(error_json(make_error(
+        dump_json(error_json(api_error(
             405, request.method + " is not allowed on " + request.path + "; use " + route->method,
             "invalid_request_error"))),
         {{"Allow", route->method}});
@@ -344,10 +345,10 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   EngineClient* engine = engine_.load();
   const bool is_encoder = is_encoder_ready_.load();
   if (engine == nullptr && !is_encoder) {
-    return fail(make_error(503, "the model is still loading", "service_unavailable"));
+    return fail(api_error(503, "the model is still loading", "service_unavailable"));
   }
   if (draining_.load()) {
-    return fail(make_error(503, "the server is shutting down", "service_unavailable"));
+    return fail(api_error(503, "the server is shutting down", "service_unavailable"));
   }
   auto call = std::make_shared<Call>();
   call->arrival_ns = now_ns();
@@ -360,10 +361,8 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     return fail(*e);
   }
   if (!req.model.empty() && req.model != options_.served_model_name) {
-    ApiError e =
-        make_error(404, "The model `" + req.model + "` does not exist.", "not_found_error");
+    ApiError e = api_error(404, "The model `" + req.model + "` does not exist.", "not_found_error");
     e.param = "model";
-    e.code = "model_not_found";
     return fail(e);
   }
   if (is_encoder) {
@@ -497,18 +496,20 @@ void OpenAiServer::send_pull_failure(ResponseWriter& writer, const Status& pulle
   const bool timed_out = pulled.code() == StatusCode::kDeadlineExceeded;
   const int status = timed_out ? 504 : 502;
   send_json(writer, status,
-            dump_json(error_json(make_error(status, pulled.message(),
-                                            timed_out ? "timeout_error" : "upstream_error"))));
+            dump_json(error_json(api_error(status, pulled.message(),
+                                           timed_out ? "timeout_error" : "upstream_error"))));
 }
 
 void OpenAiServer::release_ec_params_of(const std::string& body) {
   if (ec_puller_ == nullptr || body.find("ec_transfer_params") == std::string::npos) {
     return;
   }
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
+  // Through parse_json, as every body: a refused body may be the one nested too deep.
+  auto parsed = parse_json(body, "the request body");
+  if (!parsed.is_ok() || !parsed->is_object()) {
     return;
   }
+  const nlohmann::json& j = *parsed;
   auto it = j.find("ec_transfer_params");
   if (it == j.end() || !it->is_object()) {
     return;
@@ -683,7 +684,7 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAlreadyExists) {
       return fail(bad_request(s.message()));
     }
-    return fail(make_error(503, s.message(), "service_unavailable"));
+    return fail(api_error(503, s.message(), "service_unavailable"));
   }
   Headers headers;
   if (!call->x_request_id.empty()) {

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "core/task_queue.h"
+#include "net/http/api_key.h"
 #include "net/http/http_server.h"
 #include "server/ec_pull.h"
 #include "server/encode_handler.h"
@@ -39,11 +40,14 @@ struct OpenAiServerOptions {
   // from the output; without both they are a 400 (a prefill-only request excepted).
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;  // "" or a make_tool_parser() name
+  // vLLM's --api-key: when set, every path but /health, /metrics and /version needs
+  // `Authorization: Bearer <api_key>` (else 401); "" leaves the server open.
+  std::string api_key;
 };
 
 class OpenAiServer {
  public:
-  // InvalidArgument for an unknown tool_call_parser.
+  // InvalidArgument for an unknown tool_call_parser or an API key that cannot be sent.
   static Result<std::unique_ptr<OpenAiServer>> start(OpenAiServerOptions options);
   ~OpenAiServer();  // stop()
 
@@ -98,6 +102,7 @@ class OpenAiServer {
   std::unique_ptr<net::http::Server> http_;
   std::atomic<EngineClient*> engine_{nullptr};
   std::unique_ptr<ToolParser> tool_parser_;  // from options_.tool_call_parser; immutable
+  net::http::ApiKeyCheck api_key_;           // from options_.api_key; immutable
   // Written once before engine_ is set; read only after engine_ was seen non-null.
   std::shared_ptr<const MultimodalProcessor> multimodal_;
   // Written once before the server is ready (set_ec_puller / set_encoder).

@@ -6,14 +6,13 @@
 //   --enable-auto-tool-choice --tool-call-parser hermes: the flags' wiring and the 400.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include "server/fake_engine_client.h"
 #include "server/openai_server.h"
 #include "server/serve_process.h"
+#include "testing/node_script.h"
 #include "testing/test_models.h"
 
 namespace crescent::testing {
@@ -22,35 +21,12 @@ namespace {
 // Runs the script against BASE_URL; its output, and whether it passed.
 bool run_node(const std::string& base_url, const std::string& model, const std::string& mode,
               std::string* out) {
-  const std::string cmd = "node " + std::string(CRESCENT_SOURCE_DIR) +
-                          "/tests/server/openai_tools.mjs " + base_url + " " + model + " " + mode +
-                          " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    return false;
-  }
-  char buf[512];
-  while (fgets(buf, sizeof(buf), p) != nullptr) {
-    *out += buf;
-  }
-  const int rc = pclose(p);
-  return WIFEXITED(rc) && WEXITSTATUS(rc) == 0 &&
-         out->find("openai tools: ok") != std::string::npos;
-}
-
-void require_node() {
-  // scripts/setup.sh installs both; their absence is a broken setup, not a reason to skip.
-  ASSERT_EQ(std::system("command -v node > /dev/null 2>&1"), 0)
-      << "node is not installed: run scripts/setup.sh";
-  ASSERT_EQ(
-      std::system(("test -d " + std::string(CRESCENT_SOURCE_DIR) + "/tools/npm/node_modules/openai")
-                      .c_str()),
-      0)
-      << "tools/npm/node_modules/openai is missing: run scripts/setup.sh";
+  return run_node_script("tests/server/openai_tools.mjs", {base_url, model, mode},
+                         "openai tools: ok", out);
 }
 
 TEST(OpenAiToolsNodeTest, ScriptedHermesCallsReachTheClient) {
-  require_node();
+  require_node_and_openai();
   server::OpenAiServerOptions options;
   options.served_model_name = "fake";
   options.enable_auto_tool_choice = true;
@@ -89,7 +65,7 @@ std::vector<std::string> serve_args(std::vector<std::string> extra) {
 }
 
 TEST(OpenAiToolsNodeTest, RealServeWithAndWithoutTheFlags) {
-  require_node();
+  require_node_and_openai();
   {
     ServeProcess server(serve_args({"--enable-auto-tool-choice", "--tool-call-parser", "hermes"}));
     std::string out;
