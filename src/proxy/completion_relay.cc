@@ -238,6 +238,10 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
     cancel_prefill_locked();
+    if (!status.is_ok() && status.code() == StatusCode::kUnavailable && decode_status_ == 0 &&
+        plan_.on_decode_unreachable) {
+      plan_.on_decode_unreachable(status);
+    }
     if (status.is_ok()) {
       // The decode server's own error: its status, and its body when OpenAI-shaped.
       CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": " << plan_.decode_role
