@@ -148,6 +148,10 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       return;  // the proxy gave up on it
     }
     metrics_->count_upstream_error(UpstreamSide::kPrefill);
+    if (!status.is_ok() && status.code() == StatusCode::kUnavailable && prefill_status_ == 0 &&
+        plan_.on_prefill_unreachable) {
+      plan_.on_prefill_unreachable(status);
+    }
     std::string what = status.is_ok() ? "answered " + std::to_string(prefill_status_) + ": " +
                                             upstream_error_message(prefill_body_)
                                       : status.message();

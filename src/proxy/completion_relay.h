@@ -43,6 +43,8 @@ struct RelayPlan {
   // Runs when the decode call got no answer at all (refused, reset or timed out connecting,
   // closed before a status line): the caller takes that server out of rotation.
   std::function<void(const Status& why)> on_decode_unreachable;
+  // The same for the prefill call.
+  std::function<void(const Status& why)> on_prefill_unreachable;
 };
 
 // Starts the relay; returns at once. `upstream` and `metrics` must outlive every relay (the

@@ -47,8 +47,8 @@ class ProxyRotationTest : public ::testing::Test {
   ProxyRotationTest()
       : prefill_(testing::prefill_handler()), bootstrap_(testing::bootstrap_handler({"e0"})) {}
 
-  // decode_urls: the decode servers, in order.
-  void start_proxy(const std::vector<std::string>& decode_urls) {
+  // decode_urls: the decode servers, in order. With a second prefill (prefill2_, bootstrap2_).
+  void start_proxy(const std::vector<std::string>& decode_urls, bool with_second_prefill = false) {
     ProxyOptions options;
     options.port = 0;
     options.poll_interval_ms = 20;
@@ -57,6 +57,11 @@ class ProxyRotationTest : public ::testing::Test {
     spec.server = *parse_upstream_url(prefill_.url());
     spec.bootstrap_port = bootstrap_.port();
     options.prefills.push_back(spec);
+    if (with_second_prefill) {
+      spec.server = *parse_upstream_url(prefill2_.url());
+      spec.bootstrap_port = bootstrap2_.port();
+      options.prefills.push_back(spec);
+    }
     for (const auto& url : decode_urls) {
       options.decodes.push_back(*parse_upstream_url(url));
     }
@@ -79,10 +84,27 @@ class ProxyRotationTest : public ::testing::Test {
     return r.is_ok() ? r->body : "";
   }
 
+  // Sends n requests; each must succeed or fail with 502 naming `culprit`. Returns the failures.
+  int num_failed_of(int n, const std::string& culprit) {
+    int num_failed = 0;
+    for (int i = 0; i < n; ++i) {
+      auto r = post();
+      EXPECT_TRUE(r.is_ok());
+      if (r.is_ok() && r->status != 200) {
+        ++num_failed;
+        EXPECT_EQ(r->status, 502) << r->body;
+        EXPECT_TRUE(contains(r->body, culprit)) << r->body;
+      }
+    }
+    return num_failed;
+  }
+
   size_t num_prefill_calls() const { return prefill_.requests_to("/v1/completions").size(); }
 
   FakeServer prefill_;
   FakeServer bootstrap_;
+  FakeServer prefill2_{testing::prefill_handler()};
+  FakeServer bootstrap2_{testing::bootstrap_handler({"e1"})};
   std::unique_ptr<ProxyServer> proxy_;
 };
 
@@ -95,6 +117,8 @@ TEST_F(ProxyRotationTest, NoDecodeUpAnswers503AtOnceWithoutAskingThePrefill) {
   auto first = post();
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->status, 502) << first->body;
+  // Its prefill half was sent at once and closed; let it land (or not) before counting.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   size_t prefill_calls = num_prefill_calls();
   EXPECT_LE(prefill_calls, 1u);
   for (int i = 0; i < 5; ++i) {
@@ -130,16 +154,7 @@ TEST_F(ProxyRotationTest, RequestsGoAroundADeadDecodeAndBackOnceItAnswersAgain) 
   start_proxy({d0->url(), d1->url()});
   d0->stop();
   // At most one request fails (the one that finds d0 gone); every later one goes to d1.
-  int num_failed = 0;
-  for (int i = 0; i < 10; ++i) {
-    auto r = post();
-    ASSERT_TRUE(r.is_ok());
-    if (r->status != 200) {
-      ++num_failed;
-      EXPECT_EQ(r->status, 502) << r->body;
-    }
-  }
-  EXPECT_LE(num_failed, 1);
+  EXPECT_LE(num_failed_of(10, "decode " + d0->url()), 1);
   EXPECT_GE(d1->requests_to("/v1/completions").size(), 9u);
   // d0 comes back on its port: a /health probe finds it and it takes requests again.
   auto d0_again = make_decode(d0_port);
@@ -176,6 +191,18 @@ TEST_F(ProxyRotationTest, PrefillHalfIsAbandonedWhenTheDecodeHalfFailsFirst) {
   EXPECT_TRUE(prefill_closed->wait(kWaitMs)) << "the prefill request was not abandoned";
   EXPECT_TRUE(contains(
       metrics(), "crescent_proxy_upstream_up{side=\"decode\",upstream=\"" + dying.url() + "\"} 0"));
+}
+
+TEST_F(ProxyRotationTest, RequestsGoAroundADeadPrefill) {
+  auto decode = make_decode();
+  start_proxy({decode->url()}, /*with_second_prefill=*/true);
+  prefill_.stop();
+  // A request whose prefill is refused may still succeed (the fake decode answers at once):
+  // count where the prefill halves went.
+  EXPECT_LE(num_failed_of(10, "prefill " + prefill_.url()), 1);
+  EXPECT_TRUE(prefill2_.wait_for_requests("/v1/completions", 9, kWaitMs))
+      << "requests kept going to the prefill that refuses connections: "
+      << prefill2_.requests_to("/v1/completions").size() << " of 10 went to the other";
 }
 
 }  // namespace

@@ -425,6 +425,9 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick.prefill_index)];
   std::string transfer_id = transfer_id_for(completion.request_id);
   plan.prefill = prefill.server;
+  plan.on_prefill_unreachable = [this, index = pick.prefill_index](const Status& why) {
+    registry_.report_unreachable(index, why.message());
+  };
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
