@@ -189,6 +189,14 @@ class PdFaultTest : public ::testing::Test {
           << "decode blocks not released";
     }
   }
+  // A new decode server (after the test killed the last one) becomes pd_.decode.
+  void replace_decode(const std::string& name) {
+    ServeSpec again = spec_;
+    again.role = "decode";
+    auto d = start_serve(name, again);
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    pd_.decode = std::move(*d);
+  }
   // A P/D pair request driven directly (P's half and D's half at once): D's reply.
   Reply direct_pair(const json& body, const std::string& transfer_id = new_transfer_id()) {
     Reply p_reply;
@@ -505,13 +513,6 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
 TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   start(false);
   Bystanders bystanders(pd_.prefill.port, 1, "plain requests on P");
-  auto restart_decode = [&](const std::string& name) {
-    ServeSpec again = spec_;
-    again.role = "decode";
-    auto d = start_serve(name, again);
-    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
-    pd_.decode = std::move(*d);
-  };
   auto check_prefill_halves = [&](const std::vector<Reply>& replies) {
     for (const Reply& r : replies) {
       EXPECT_TRUE(r.transport_error.empty() && r.status != 0)
@@ -549,7 +550,7 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   }
   // 2. D asked, then froze (SIGSTOP): P's halves arrive and P writes into a D that no longer
   // reads or acknowledges; D is killed in the middle of that transfer.
-  restart_decode("D2");
+  replace_decode("D2");
   {
     ParkedDecodes parked;
     parked.replies.resize(kNum);
@@ -586,7 +587,7 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   }
   bystanders.expect_all_ok();
   // P still serves a new D.
-  restart_decode("D3");
+  replace_decode("D3");
   Reply after = direct_pair(completion(long_prompt(60, 41), 5));
   EXPECT_TRUE(after.is_ok()) << "request after D was replaced: " << after.describe();
   expect_blocks_back();
@@ -600,13 +601,6 @@ TEST_F(PdFaultTest, DecodeGonePrefillFreesItsBlocksAtOnce) {
   spec_.kv_transfer_timeout_s = 60;
   start(false);
   const double slack = 1 / std::min(1.0, test_scale());
-  auto replace_decode = [&](const std::string& name) {
-    ServeSpec again = spec_;
-    again.role = "decode";
-    auto d = start_serve(name, again);
-    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
-    pd_.decode = std::move(*d);
-  };
   auto prefill_halves = [&](int n, int seed) {
     for (int i = 0; i < n; ++i) {
       Reply r = send(pd_.prefill.port, "/v1/completions",
