@@ -412,7 +412,7 @@ void PrefillSide::run_write(const std::string& transfer_id) {
     }
     result = TransferResult::kCancelled;
   } else if (!is_connected) {
-    result = TransferResult::kCancelled;
+    result = TransferResult::kPeerLost;
   } else {
     send_done_locked(t.channel_id, transfer_id, s, s.is_ok() ? num_bytes : 0, write_ns);
     result = s.is_ok() ? TransferResult::kOk : TransferResult::kError;
@@ -704,14 +704,57 @@ void PrefillSide::on_closed(ControlChannel& channel, const Status& reason) {
   close_segment(*peer);
   Outbox out(ctx_->events);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!peer->has_hello) {
+    return;  // refused or broken before HELLO: it never asked for anything
+  }
+  release_for_lost_peer_locked(out, *peer, reason);
+}
+
+void PrefillSide::release_for_lost_peer_locked(Outbox& out, const DecodePeer& peer,
+                                               const Status& reason) {
+  const uint64_t channel_id = peer.channel->id();
+  // HELD entries name no decode engine until its ASK arrives. When no decode engine is left
+  // connected, nobody can ask for them soon: a decode engine asks right after it got its half,
+  // over a connection it keeps open, so the ones still to come were the dead engine's. With
+  // other decode engines connected they stay until the deadline (they may be theirs).
+  bool has_other_decode = false;
+  for (const auto& [id, p] : peers_) {
+    has_other_decode = has_other_decode || p->has_hello;
+  }
+  const Status lost = unavailable("decode engine " + peer.engine_id +
+                                  " is gone (control connection: " + reason.message() + ")");
+  int num_asked = 0;
+  int num_held = 0;
   for (auto it = transfers_.begin(); it != transfers_.end();) {
     auto next = std::next(it);
-    if (it->second.channel_id == channel.id() && it->second.phase == Phase::kAsked)
-      finish_locked(out, it, TransferResult::kCancelled);
+    Outgoing& t = it->second;
+    std::string transfer_id = it->first;
+    if (t.phase == Phase::kAsked && t.channel_id == channel_id) {
+      // The prefill request may still come (the proxy sent it): the tombstone makes hold()
+      // refuse it, so its blocks are freed when its prefill ends instead of at the deadline.
+      finish_locked(out, it, TransferResult::kPeerLost);
+      add_not_needed_locked(transfer_id, channel_id);
+      ++num_asked;
+    } else if (t.phase == Phase::kHeld && !has_other_decode) {
+      finish_locked(out, it, TransferResult::kPeerLost);
+      // A late ASK (from an engine that connects later) is answered at once, naming why.
+      Outgoing failed;
+      failed.phase = Phase::kFailed;
+      failed.deadline = Deadline::after(ctx_->options->transfer_timeout);
+      failed.start = Clock::now();
+      failed.failure = unavailable("the prefill engine freed the KV of transfer_id " + transfer_id +
+                                   ": " + lost.message());
+      transfers_.emplace(transfer_id, std::move(failed));
+      ++num_held;
+    }
     it = next;
   }
-  if (peer->has_hello) {
-    CRESCENT_LOG(kInfo) << "kv connector: decode engine " << peer->engine_id
+  if (num_asked + num_held > 0) {
+    CRESCENT_LOG(kWarn) << "kv connector: " << lost.message() << "; freed the blocks of "
+                        << num_held << " held request(s) and dropped " << num_asked
+                        << " waiting ask(s) at once";
+  } else {
+    CRESCENT_LOG(kInfo) << "kv connector: decode engine " << peer.engine_id
                         << " disconnected: " << reason.message();
   }
 }

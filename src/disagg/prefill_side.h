@@ -116,6 +116,10 @@ class PrefillSide {
   void add_not_needed_locked(const std::string& transfer_id, uint64_t channel_id);
   // Under mu_: erases a transfer; releases its blocks if the engine held them.
   void finish_locked(Outbox& out, OutgoingMap::iterator it, TransferResult result);
+  // Under mu_, after `peer` (which had sent HELLO) left peers_: frees at once what was kept for
+  // it (kPeerLost) instead of at the deadline: its ASKs still waiting for the engine's hold
+  // (tombstoned, so the hold is refused), and every HELD entry when no decode engine is left.
+  void release_for_lost_peer_locked(Outbox& out, const DecodePeer& peer, const Status& reason);
   void send_done_locked(uint64_t channel_id, const std::string& transfer_id, const Status& s,
                         uint64_t num_bytes, uint64_t write_ns);
   std::shared_ptr<DecodePeer> find_peer_locked(uint64_t channel_id) const;

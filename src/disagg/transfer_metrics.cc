@@ -8,7 +8,7 @@ const char* role_name(int role) {
 }
 
 const char* result_name(int result) {
-  static const char* kNames[] = {"ok", "error", "cancelled", "expired", "not_needed"};
+  static const char* kNames[] = {"ok", "error", "cancelled", "expired", "not_needed", "peer_lost"};
   return kNames[result];
 }
 
@@ -67,6 +67,7 @@ KvTransferMetricsSnapshot TransferMetrics::snapshot() const {
     out[r]->num_cancelled = p.num_by_result[2];
     out[r]->num_expired = p.num_by_result[3];
     out[r]->num_not_needed = p.num_by_result[4];
+    out[r]->num_peer_lost = p.num_by_result[5];
     out[r]->num_bytes = p.num_bytes;
     out[r]->num_in_flight = p.num_in_flight;
     out[r]->num_write_latency_samples = p.write_seconds.count();

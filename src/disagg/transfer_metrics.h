@@ -15,9 +15,18 @@ namespace crescent::disagg {
 
 enum class TransferRole { kPrefill = 0, kDecode = 1 };
 // kNotNeeded: the decode engine's own prefix cache covered the prompt (NOT_NEEDED sent or
-// received); such a transfer never moves bytes.
-enum class TransferResult { kOk = 0, kError = 1, kCancelled = 2, kExpired = 3, kNotNeeded = 4 };
-inline constexpr int kNumTransferResults = 5;
+// received); such a transfer never moves bytes. kPeerLost: the prefill engine freed the blocks at
+// once because the decode engine it held them for is gone (control connection closed, or its
+// heartbeats missed), instead of at the deadline.
+enum class TransferResult {
+  kOk = 0,
+  kError = 1,
+  kCancelled = 2,
+  kExpired = 3,
+  kNotNeeded = 4,
+  kPeerLost = 5
+};
+inline constexpr int kNumTransferResults = 6;
 
 struct RoleCountsSnapshot {
   uint64_t num_ok = 0;
@@ -25,6 +34,7 @@ struct RoleCountsSnapshot {
   uint64_t num_cancelled = 0;
   uint64_t num_expired = 0;
   uint64_t num_not_needed = 0;
+  uint64_t num_peer_lost = 0;
   uint64_t num_bytes = 0;
   int64_t num_in_flight = 0;
   uint64_t num_write_latency_samples = 0;

@@ -148,6 +148,10 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       return;  // the proxy gave up on it
     }
     metrics_->count_upstream_error(UpstreamSide::kPrefill);
+    if (!status.is_ok() && status.code() == StatusCode::kUnavailable && prefill_status_ == 0 &&
+        plan_.on_prefill_unreachable) {
+      plan_.on_prefill_unreachable(status);
+    }
     std::string what = status.is_ok() ? "answered " + std::to_string(prefill_status_) + ": " +
                                             upstream_error_message(prefill_body_)
                                       : status.message();
@@ -238,6 +242,10 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
     cancel_prefill_locked();
+    if (!status.is_ok() && status.code() == StatusCode::kUnavailable && decode_status_ == 0 &&
+        plan_.on_decode_unreachable) {
+      plan_.on_decode_unreachable(status);
+    }
     if (status.is_ok()) {
       // The decode server's own error: its status, and its body when OpenAI-shaped.
       CRESCENT_LOG(kWarn) << "proxy: request " << plan_.request_id << ": " << plan_.decode_role

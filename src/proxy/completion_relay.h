@@ -3,7 +3,8 @@
 // are sent at once (or, for a colocated prefill+decode server, only the "decode" one), the decode
 // server's answer is relayed to the client as it arrives, and every failure reaches the client:
 //   - the decode server fails or answers an error: its status and an OpenAI-shaped error (its
-//     own body when it is one), and the prefill request, if still pending, is abandoned;
+//     own body when it is one), and the prefill request, if still pending, is abandoned (its
+//     connection closed, so the prefill server aborts it and holds no KV for a dead decode);
 //   - the prefill server fails before the decode server produced a byte: the decode request is
 //     abandoned (its connection closed, so the server aborts) and the client gets 502 (or the
 //     prefill's own status) with a message naming the prefill;
@@ -39,6 +40,11 @@ struct RelayPlan {
   uint64_t max_buffered_response_bytes = 64ull << 20;
   // Runs when both upstream calls have ended (the caller frees the request id there).
   std::function<void()> on_released;
+  // Runs when the decode call got no answer at all (refused, reset or timed out connecting,
+  // closed before a status line): the caller takes that server out of rotation.
+  std::function<void(const Status& why)> on_decode_unreachable;
+  // The same for the prefill call.
+  std::function<void(const Status& why)> on_prefill_unreachable;
 };
 
 // Starts the relay; returns at once. `upstream` and `metrics` must outlive every relay (the

@@ -31,9 +31,11 @@ std::string CapturedRequest::header(const std::string& name) const {
   return net::http::header_value(headers, name);
 }
 
-FakeServer::FakeServer(Handler handler, int num_io_threads) : handler_(std::move(handler)) {
+FakeServer::FakeServer(Handler handler, int num_io_threads, int port)
+    : handler_(std::move(handler)) {
   net::http::ServerOptions options;
   options.num_io_threads = num_io_threads;
+  options.port = port;
   auto server = net::http::Server::start(options, [this](net::http::Request request,
                                                          std::shared_ptr<net::http::ResponseWriter>
                                                              writer) {

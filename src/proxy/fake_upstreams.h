@@ -46,8 +46,9 @@ class FakeServer {
  public:
   using Handler = std::function<void(const net::http::Request& request,
                                      std::shared_ptr<net::http::ResponseWriter> writer)>;
-  // Starts listening at once; aborts the test binary if it cannot.
-  explicit FakeServer(Handler handler, int num_io_threads = 4);
+  // Starts listening at once (on `port`, or any free port when 0: a server that comes back
+  // after stop() listens on the port it had); aborts the test binary if it cannot.
+  explicit FakeServer(Handler handler, int num_io_threads = 4, int port = 0);
   ~FakeServer();  // stops, then joins the threads started with spawn()
 
   int port() const { return port_; }

@@ -228,6 +228,18 @@ std::optional<PrefillPick> PrefillRegistry::next() {
   return table_[next_pick_++ % table_.size()];
 }
 
+void PrefillRegistry::report_unreachable(int index, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entries_.at(static_cast<size_t>(index));
+  if (!e.is_up) {
+    return;
+  }
+  e.is_up = false;
+  e.waiting_for = "prefill " + e.spec.server.url + " (" + why + ")";
+  CRESCENT_LOG(kWarn) << "proxy: prefill is down: " << e.waiting_for;
+  rebuild_table_locked();
+}
+
 std::vector<PrefillStatus> PrefillRegistry::statuses() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<PrefillStatus> out;

@@ -6,7 +6,8 @@
 // rank. The proxy is ready when every prefill has been ready once.
 //
 // A ready prefill is polled the same way every refresh interval: new engine ids (a restart)
-// are followed, and a prefill whose poll fails is "down": the round-robin skips it while
+// are followed, and a prefill whose poll fails (or that a request could not reach,
+// report_unreachable) is "down": the round-robin skips it while
 // another prefill is up (if all are down, it uses them all, so that requests fail with an
 // error naming the prefill rather than a 503).
 //
@@ -67,6 +68,9 @@ class PrefillRegistry {
   // nullopt while not every prefill is ready.
   std::optional<PrefillPick> next();
   std::vector<PrefillStatus> statuses() const;
+  // A call to prefill `index` got no answer at all (refused, reset, connect timeout): it is
+  // down at once, as if its poll had failed, until its next poll (refresh interval) answers.
+  void report_unreachable(int index, const std::string& why);
 
  private:
   struct Entry {

@@ -69,7 +69,9 @@ void ProxyMetrics::observe_prefill(double seconds) {
   prefill_.observe(seconds);
 }
 
-std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) const {
+std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills,
+                                 const std::vector<UpstreamState>& decodes,
+                                 const std::string& decode_side) const {
   using prometheus::append_header;
   using prometheus::append_sample;
   std::string out;
@@ -115,6 +117,25 @@ std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills) con
                 "Data-parallel ranks of each ready prefill server (0 until ready).");
   for (const auto& p : prefills) {
     append_sample(&out, "crescent_proxy_prefill_dp_size{prefill=\"" + p.url + "\"}", p.dp_size);
+  }
+  if (!decodes.empty()) {
+    append_header(&out, "crescent_proxy_upstream_up", "gauge",
+                  "1 while the server is in rotation; 0 after a call could not reach it, until a "
+                  "/health probe answers 200.");
+    for (const auto& d : decodes) {
+      append_sample(
+          &out,
+          "crescent_proxy_upstream_up{side=\"" + decode_side + "\",upstream=\"" + d.url + "\"}",
+          d.is_up ? 1 : 0);
+    }
+    append_header(&out, "crescent_proxy_upstream_ejections_total", "counter",
+                  "Times the server was taken out of rotation because a call could not reach it.");
+    for (const auto& d : decodes) {
+      append_sample(&out,
+                    "crescent_proxy_upstream_ejections_total{side=\"" + decode_side +
+                        "\",upstream=\"" + d.url + "\"}",
+                    static_cast<double>(d.num_ejections));
+    }
   }
   if (!encoder_urls_.empty()) {
     append_header(&out, "crescent_proxy_encoder_requests_total", "counter",

@@ -1,7 +1,8 @@
 #pragma once
 // The proxy's /metrics in the Prometheus text format (0.0.4): requests by endpoint and
 // outcome, requests in flight, upstream errors by side, time to first byte and prefill time
-// histograms, each prefill's readiness, and the encoder stage (calls and failures per encoder,
+// histograms, each prefill's readiness, whether each decode server is in rotation and how often
+// it was ejected (upstream_health.h), and the encoder stage (calls and failures per encoder,
 // encode time, images routed by affinity). Thread-safe.
 
 #include <array>
@@ -13,6 +14,7 @@
 
 #include "core/prometheus.h"
 #include "proxy/prefill_registry.h"
+#include "proxy/upstream_health.h"
 
 namespace crescent::proxy {
 
@@ -21,7 +23,7 @@ enum class ApiEndpoint { kCompletions, kChatCompletions, kModels, kCount };
 enum class Outcome {
   kOk,                  // the upstream's successful answer reached the client
   kBadRequest,          // refused by the proxy itself (bad body, bad or busy X-Request-Id)
-  kNotReady,            // 503 while prefills are not ready
+  kNotReady,            // 503: prefills not ready, or no decode server in rotation
   kPrefillError,        // the prefill failed before the decode server produced anything
   kDecodeError,         // the decode server failed or answered an error
   kTimeout,             // --request-timeout passed
@@ -54,7 +56,10 @@ class ProxyMetrics {
   // Seconds from a request's first encoder call to its last encoder answer (all succeeded).
   void observe_encode(double seconds);
 
-  std::string render(const std::vector<PrefillStatus>& prefills) const;
+  // decodes: the decode (or --pd) servers' rotation states, labelled side=decode_side.
+  std::string render(const std::vector<PrefillStatus>& prefills,
+                     const std::vector<UpstreamState>& decodes = {},
+                     const std::string& decode_side = "decode") const;
 
  private:
   mutable std::mutex mu_;

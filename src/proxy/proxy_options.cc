@@ -276,7 +276,11 @@ prefill server and decoded (and streamed back) by one decode server.
 
 Flow of one POST /v1/completions or /v1/chat/completions:
   1. request_id = the client's X-Request-Id (or a new uuid), transfer_id = "xfer-" + request_id.
-  2. The next (prefill, dp rank) pair and the next decode server are picked round-robin.
+  2. The next (prefill, dp rank) pair and the next decode server are picked round-robin, over
+     the servers that are up: a decode (or --pd) server that a call could not reach (refused,
+     reset, connect timeout) leaves the rotation until a GET /health probe (after 0.25 s,
+     doubling up to 8 s) answers 200. With no decode server up the answer is 503 at once and
+     no prefill server is asked.
   3. Both are sent AT ONCE:
      - prefill: the body with max_tokens=1, stream=false, no stream_options and
        kv_transfer_params {do_remote_decode: true, do_remote_prefill: false, transfer_id};
@@ -285,10 +289,12 @@ Flow of one POST /v1/completions or /v1/chat/completions:
        do_remote_prefill: true, remote_bootstrap_addr: http://PREFILL_HOST:BOOTSTRAP_PORT,
        remote_engine_id: the dp rank's engine id, transfer_id}. Its answer (status, content
        type, body) goes to the client as it arrives.
-  4. A prefill failure before the decode server produced anything aborts the decode request and
-     answers the client with an error naming the prefill; a failure after streaming began ends
-     the stream with one `data: {"error": ...}` event and `data: [DONE]`. A client that goes
-     away closes both upstream connections, which makes the servers abort.
+  4. A decode failure before its answer closes the prefill request (the prefill server aborts
+     it and holds no KV for it). A prefill failure before the decode server produced anything
+     aborts the decode request and answers the client with an error naming the prefill; a
+     failure after streaming began ends the stream with one `data: {"error": ...}` event and
+     `data: [DONE]`. A client that goes away closes both upstream connections, which makes the
+     servers abort.
 
 Images (EPD), with --encode: a /v1/chat/completions request whose messages hold image parts
 ({"type": "image_url", "image_url": {"url": ...}} or "image_url": "...") first sends each image

@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/logging.h"
+#include "net/http/http_client.h"
 #include "proxy/api_error.h"
 #include "proxy/completion_relay.h"
 #include "proxy/request_rewrite.h"
@@ -28,11 +29,31 @@ Deadline deadline_after_s(double seconds) {
   return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
 }
 
+int64_t steady_now_ms() {
+  return now_ns() / 1'000'000;
+}
+
+// How often the prober looks for due probes, and how long one /health probe may take.
+constexpr std::chrono::milliseconds kProbeTick{50};
+constexpr int64_t kProbeTimeoutMs = 1000;
+
+std::vector<std::string> urls_of(const std::vector<UpstreamUrl>& pool) {
+  std::vector<std::string> urls;
+  for (const auto& u : pool) {
+    urls.push_back(u.url);
+  }
+  return urls;
+}
+
 // GET /v1/models relayed whole from one decode server.
 class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
  public:
-  ModelsRelay(std::string decode_url, std::shared_ptr<ResponseWriter> writer, ProxyMetrics* metrics)
-      : decode_url_(std::move(decode_url)), writer_(std::move(writer)), metrics_(metrics) {}
+  ModelsRelay(std::string decode_url, std::shared_ptr<ResponseWriter> writer, ProxyMetrics* metrics,
+              std::function<void(const Status&)> on_unreachable)
+      : decode_url_(std::move(decode_url)),
+        writer_(std::move(writer)),
+        metrics_(metrics),
+        on_unreachable_(std::move(on_unreachable)) {}
 
   void start(UpstreamClient* upstream, const UpstreamUrl& decode, net::http::Headers headers,
              Deadline deadline) {
@@ -84,6 +105,9 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
       return;
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
+    if (s.code() == StatusCode::kUnavailable && status_ == 0) {
+      on_unreachable_(s);
+    }
     bool timed_out = s.code() == StatusCode::kDeadlineExceeded;
     metrics_->count_request(ApiEndpoint::kModels,
                             timed_out ? Outcome::kTimeout : Outcome::kDecodeError);
@@ -93,6 +117,7 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
   std::string decode_url_;
   std::shared_ptr<ResponseWriter> writer_;
   ProxyMetrics* metrics_;
+  std::function<void(const Status&)> on_unreachable_;
   std::mutex mu_;
   std::shared_ptr<UpstreamCall> call_;  // guarded by mu_
   int status_ = 0;                      // guarded by mu_
@@ -105,6 +130,7 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
 ProxyServer::ProxyServer(ProxyOptions options)
     : options_(std::move(options)),
       registry_(options_.prefills, options_.poll_interval_ms, options_.refresh_interval_ms),
+      decode_health_(urls_of(is_pd_mode() ? options_.pds : options_.decodes)),
       encoder_router_(std::max<size_t>(1, options_.encoders.size()),
                       options_.max_encoder_affinity_entries) {
   std::vector<std::string> encoder_urls;
@@ -149,6 +175,7 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
             p->handle(std::move(request), std::move(writer));
           }));
   proxy->registry_.start();
+  proxy->probe_thread_ = std::thread([p = proxy.get()] { p->probe_loop(); });
   return proxy;
 }
 
@@ -174,11 +201,57 @@ void ProxyServer::stop() {
   // Ends the relays still in flight: their upstream connections close, so the servers abort.
   upstream_->shutdown();
   registry_.stop();
+  {
+    std::lock_guard<std::mutex> lock(probe_mu_);
+    is_probe_stopping_ = true;
+  }
+  probe_cv_.notify_all();
+  if (probe_thread_.joinable()) {
+    probe_thread_.join();
+  }
 }
 
-const UpstreamUrl& ProxyServer::next_decode() {
-  const auto& pool = is_pd_mode() ? options_.pds : options_.decodes;
-  return pool[next_decode_.fetch_add(1) % pool.size()];
+std::optional<size_t> ProxyServer::next_decode() {
+  return decode_health_.next_up();
+}
+
+void ProxyServer::answer_no_decode(ApiEndpoint endpoint, const std::string& request_id,
+                                   ResponseWriter& writer) {
+  metrics_.count_request(endpoint, Outcome::kNotReady);
+  const char* role = is_pd_mode() ? "pd" : "decode";
+  net::http::Headers headers;
+  if (!request_id.empty()) {
+    headers["X-Request-Id"] = request_id;
+  }
+  send_error(writer, 503,
+             std::string("no ") + role + " server is up: " + decode_health_.describe_down() +
+                 "; retry later",
+             std::move(headers));
+}
+
+void ProxyServer::probe_loop() {
+  const std::vector<UpstreamUrl>& pool = decode_pool();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(probe_mu_);
+      if (probe_cv_.wait_for(lock, kProbeTick, [&] { return is_probe_stopping_; })) {
+        return;
+      }
+    }
+    for (size_t i : decode_health_.take_due_probes(steady_now_ms())) {
+      // A fresh connection per probe: the server may have restarted since the last one.
+      net::http::HttpClient client(pool[i].host, pool[i].port);
+      auto health = client.request("GET", "/health", "", {}, Deadline::after_ms(kProbeTimeoutMs));
+      if (health.is_ok() && health->status == 200) {
+        decode_health_.probe_succeeded(i);
+      } else {
+        decode_health_.probe_failed(i, steady_now_ms(),
+                                    health.is_ok()
+                                        ? "/health answers " + std::to_string(health->status)
+                                        : "/health: " + health.status().message());
+      }
+    }
+  }
 }
 
 void ProxyServer::release_request_id(const std::string& id) {
@@ -236,7 +309,8 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
   } else if (path == "/metrics") {
     if (require_method("GET")) {
       writer->send(200, "text/plain; version=0.0.4; charset=utf-8",
-                   metrics_.render(registry_.statuses()));
+                   metrics_.render(registry_.statuses(), decode_health_.states(),
+                                   is_pd_mode() ? "pd" : "decode"));
     }
   } else {
     send_error(*writer, 404, "no route for " + request.method + " " + path);
@@ -255,6 +329,10 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
   if (!body.is_ok()) {
     metrics_.count_request(endpoint, Outcome::kBadRequest);
     return send_error(*writer, 400, body.status().message(), {{"X-Request-Id", *request_id}});
+  }
+  if (decode_health_.num_up() == 0) {
+    // Nothing could stream the answer: no prefill server computes (and holds) KV for it.
+    return answer_no_decode(endpoint, *request_id, *writer);
   }
   std::optional<PrefillPick> pick;
   if (!is_pd_mode()) {
@@ -330,8 +408,16 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   plan.arrival_ns = completion.arrival_ns;
   plan.deadline = completion.deadline;
   plan.max_buffered_response_bytes = options_.max_buffered_response_bytes;
+  std::optional<size_t> decode_index = next_decode();
+  if (!decode_index) {  // the last one went down since the request arrived
+    answer_no_decode(completion.endpoint, completion.request_id, *writer);
+    return release_request_id(completion.request_id);
+  }
   plan.on_released = [this, id = completion.request_id] { release_request_id(id); };
-  plan.decode = next_decode();
+  plan.decode = decode_pool()[*decode_index];
+  plan.on_decode_unreachable = [this, index = *decode_index](const Status& why) {
+    decode_health_.report_unreachable(index, steady_now_ms(), why.message());
+  };
   if (is_pd_mode()) {
     // One server prefills and decodes: the client's body, plus the encoders' items.
     plan.has_prefill = false;
@@ -353,6 +439,9 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick.prefill_index)];
   std::string transfer_id = transfer_id_for(completion.request_id);
   plan.prefill = prefill.server;
+  plan.on_prefill_unreachable = [this, index = pick.prefill_index](const Status& why) {
+    registry_.report_unreachable(index, why.message());
+  };
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash
@@ -385,13 +474,20 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
 
 void ProxyServer::handle_models(const Request& request,
                                 const std::shared_ptr<ResponseWriter>& writer) {
-  const UpstreamUrl& decode = next_decode();
+  std::optional<size_t> decode_index = next_decode();
+  if (!decode_index) {
+    return answer_no_decode(ApiEndpoint::kModels, "", *writer);
+  }
+  const UpstreamUrl& decode = decode_pool()[*decode_index];
   net::http::Headers headers;
   const std::string authorization = upstream_authorization(request);
   if (!authorization.empty()) {
     headers["Authorization"] = authorization;
   }
-  auto relay = std::make_shared<ModelsRelay>(decode.url, writer, &metrics_);
+  auto relay = std::make_shared<ModelsRelay>(
+      decode.url, writer, &metrics_, [this, index = *decode_index](const Status& why) {
+        decode_health_.report_unreachable(index, steady_now_ms(), why.message());
+      });
   relay->start(upstream_.get(), decode, std::move(headers),
                deadline_after_s(std::min(options_.request_timeout_s, 60.0)));
 }

@@ -11,15 +11,22 @@
 //   GET  /metrics                               -> Prometheus text (proxy_metrics.h)
 // With --api-key every path but /health and /metrics needs the client's key (else 401).
 //
+// Decode (or --pd) servers rotate round-robin over the ones that are up (upstream_health.h): a
+// server a call could not reach is skipped until a /health probe, on the proxy's own thread
+// with exponential backoff, finds it answering again; with none up, completions get 503 at once
+// and no prefill server is asked.
+//
 // Upstream calls are asynchronous (upstream_client.h): the HTTP server's I/O threads never
 // block, and a request in flight costs two sockets and a few KiB, not a thread.
 // Thread-safe; destroying it stops everything.
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "core/status.h"
@@ -31,6 +38,7 @@
 #include "proxy/proxy_metrics.h"
 #include "proxy/proxy_options.h"
 #include "proxy/upstream_client.h"
+#include "proxy/upstream_health.h"
 
 namespace crescent::proxy {
 
@@ -78,8 +86,16 @@ class ProxyServer {
   void release_request_id(const std::string& id);
   // The Authorization header for upstream calls made for `request` ("" for none).
   std::string upstream_authorization(const net::http::Request& request) const;
-  // The next decode server, or the next --pd server in --pd mode.
-  const UpstreamUrl& next_decode();
+  const std::vector<UpstreamUrl>& decode_pool() const {
+    return is_pd_mode() ? options_.pds : options_.decodes;
+  }
+  // The next decode server (or --pd server) in rotation; nullopt when none is up.
+  std::optional<size_t> next_decode();
+  // The 503 for "no decode server is up", naming each and why. Counts the request.
+  void answer_no_decode(ApiEndpoint endpoint, const std::string& request_id,
+                        net::http::ResponseWriter& writer);
+  // Probes the decode servers out of rotation (upstream_health.h) until stop().
+  void probe_loop();
 
   // Bodies at least this large are handled on body_workers_.
   static constexpr size_t kLargeBodyBytes = 256 << 10;
@@ -91,7 +107,11 @@ class ProxyServer {
   // Request ids of relays in flight: two requests with one transfer id would swap KV.
   std::mutex ids_mu_;
   std::unordered_set<std::string> ids_in_flight_;  // guarded by ids_mu_
-  std::atomic<uint64_t> next_decode_{0};
+  UpstreamHealth decode_health_;
+  std::mutex probe_mu_;
+  std::condition_variable probe_cv_;
+  bool is_probe_stopping_ = false;  // guarded by probe_mu_
+  std::thread probe_thread_;
   EncoderRouter encoder_router_;
   // Destroyed before the members above, which relays use until their calls end.
   std::unique_ptr<UpstreamClient> upstream_;

@@ -556,8 +556,12 @@ TEST_F(ProxyTest, ClientLeavingClosesDecodeAndPendingPrefill) {
         w->start_stream(200, "text/event-stream");
         w->write("data: {\"n\":1}\n\n");
       });
-  auto result = stream("/v1/completions", stream_body(), {},
-                       [](const std::string&) { return false; });  // hang up at once
+  // Hang up at the first event, once the prefill server holds its half (before that, closing
+  // its connection may stop the request before its handler ever runs).
+  auto result = stream("/v1/completions", stream_body(), {}, [this](const std::string&) {
+    prefills_[0]->server.wait_for_requests("/v1/completions", 1, kWaitMs);
+    return false;
+  });
   EXPECT_EQ(result.events.size(), 1u);
   EXPECT_TRUE(decode_closed->wait(kWaitMs)) << "the decode server never saw the client leave";
   EXPECT_TRUE(prefill_closed->wait(kWaitMs)) << "the prefill server never saw the client leave";

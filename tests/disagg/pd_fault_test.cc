@@ -189,6 +189,14 @@ class PdFaultTest : public ::testing::Test {
           << "decode blocks not released";
     }
   }
+  // A new decode server (after the test killed the last one) becomes pd_.decode.
+  void replace_decode(const std::string& name) {
+    ServeSpec again = spec_;
+    again.role = "decode";
+    auto d = start_serve(name, again);
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    pd_.decode = std::move(*d);
+  }
   // A P/D pair request driven directly (P's half and D's half at once): D's reply.
   Reply direct_pair(const json& body, const std::string& transfer_id = new_transfer_id()) {
     Reply p_reply;
@@ -505,13 +513,6 @@ TEST_F(PdFaultTest, PrefillKilledMidRequestThenReplaced) {
 TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   start(false);
   Bystanders bystanders(pd_.prefill.port, 1, "plain requests on P");
-  auto restart_decode = [&](const std::string& name) {
-    ServeSpec again = spec_;
-    again.role = "decode";
-    auto d = start_serve(name, again);
-    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
-    pd_.decode = std::move(*d);
-  };
   auto check_prefill_halves = [&](const std::vector<Reply>& replies) {
     for (const Reply& r : replies) {
       EXPECT_TRUE(r.transport_error.empty() && r.status != 0)
@@ -549,7 +550,7 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   }
   // 2. D asked, then froze (SIGSTOP): P's halves arrive and P writes into a D that no longer
   // reads or acknowledges; D is killed in the middle of that transfer.
-  restart_decode("D2");
+  replace_decode("D2");
   {
     ParkedDecodes parked;
     parked.replies.resize(kNum);
@@ -586,7 +587,87 @@ TEST_F(PdFaultTest, DecodeKilledMidTransferPrefillReleases) {
   }
   bystanders.expect_all_ok();
   // P still serves a new D.
-  restart_decode("D3");
+  replace_decode("D3");
+  Reply after = direct_pair(completion(long_prompt(60, 41), 5));
+  EXPECT_TRUE(after.is_ok()) << "request after D was replaced: " << after.describe();
+  expect_blocks_back();
+}
+
+// D is gone while P holds KV for it: P frees everything within ~2 s of a kill -9 (and within
+// the missed heartbeats, 3 s, of a SIGSTOP), not at --kv-transfer-timeout (60 s here). Held
+// halves that D never asked for are freed because no decode engine is left connected; a half
+// that D asked for before P's request came is refused when P's request finishes.
+TEST_F(PdFaultTest, DecodeGonePrefillFreesItsBlocksAtOnce) {
+  spec_.kv_transfer_timeout_s = 60;
+  start(false);
+  const double slack = 1 / std::min(1.0, test_scale());
+  auto prefill_halves = [&](int n, int seed) {
+    for (int i = 0; i < n; ++i) {
+      Reply r = send(pd_.prefill.port, "/v1/completions",
+                     prefill_body(completion(long_prompt(150, seed + i), 4), new_transfer_id()));
+      EXPECT_TRUE(r.is_ok()) << "P's half: " << r.describe();
+    }
+  };
+  for (bool stop_instead : {false, true}) {
+    const char* how = stop_instead ? "SIGSTOP" : "kill -9";
+    if (stop_instead) {  // a new D for the second round
+      replace_decode("D2");
+    }
+    // D is connected to P (one whole request), then P holds halves D has not asked for.
+    Reply warm = direct_pair(completion(long_prompt(40, 7), 3));
+    ASSERT_TRUE(warm.is_ok()) << how << ": " << warm.describe();
+    prefill_halves(4, stop_instead ? 60 : 50);
+    // And D asks for one whose P half comes only after D is gone.
+    ParkedDecodes parked;
+    parked.transfer_ids.push_back(new_transfer_id());
+    parked.bodies.push_back(completion(long_prompt(150, stop_instead ? 90 : 80), 4));
+    parked.replies.resize(1);
+    parked.threads.emplace_back([&] {
+      parked.replies[0] = send(pd_.decode.port, "/v1/completions",
+                               decode_body(parked.bodies[0], parked.transfer_ids[0],
+                                           pd_.prefill.bootstrap_url(), pd_.engine_id));
+    });
+    wait_prefill_in_flight(pd_.prefill.port, 5);
+    double held = blocks_used(pd_.prefill.port);
+    EXPECT_GT(held, 0) << how << ": P holds nothing";
+    auto gone_at = std::chrono::steady_clock::now();
+    if (stop_instead) {
+      pd_.decode.process->signal(SIGSTOP);
+    } else {
+      pd_.decode.process->kill_now();
+    }
+    const double limit_ms = (stop_instead ? 3000 + 2500 : 2000) * slack;
+    EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0,
+                               Deadline::after_ms(static_cast<int64_t>(limit_ms + 5000))),
+              0)
+        << how << ": P kept " << held << " blocks";
+    double freed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - gone_at)
+            .count();
+    EXPECT_LE(freed_ms, limit_ms) << how << ": P freed its blocks too late";
+    std::printf("%s: P freed %.0f held blocks %.0f ms after D was gone\n", how, held, freed_ms);
+    if (stop_instead) {
+      pd_.decode.process->kill_now();
+    }
+    parked.join();
+    // The late half of the transfer D asked for: P prefills it and frees it at once.
+    Reply late = send(pd_.prefill.port, "/v1/completions",
+                      prefill_body(parked.bodies[0], parked.transfer_ids[0]));
+    EXPECT_TRUE(late.transport_error.empty() && late.status != 0) << late.describe();
+    EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, Deadline::after_ms(3000)), 0)
+        << how << ": P held the late half of a transfer whose D is gone";
+    auto m = read_metrics(pd_.prefill.port);
+    EXPECT_GE(metric_sum(m, "crescent_kv_transfer_transfers_total",
+                         {"role=\"prefill\"", "result=\"peer_lost\""}),
+              stop_instead ? 10 : 5)
+        << how;
+    EXPECT_EQ(metric_sum(m, "crescent_kv_transfer_transfers_total",
+                         {"role=\"prefill\"", "result=\"expired\""}),
+              0)
+        << how;
+  }
+  // P still serves a new D.
+  replace_decode("D3");
   Reply after = direct_pair(completion(long_prompt(60, 41), 5));
   EXPECT_TRUE(after.is_ok()) << "request after D was replaced: " << after.describe();
   expect_blocks_back();
