@@ -270,7 +270,7 @@ int run_serve(const std::vector<std::string>& args) {
   deployment->set_on_fenced([srv = server.get()](const std::string& reason) {
     std::fprintf(stderr, "crescent serve: fenced out, no longer serving: %s\n", reason.c_str());
     std::fflush(stderr);
-    srv->set_engine(nullptr);
+    srv->set_unavailable("fenced out at the bootstrap: " + reason);
   });
   if (!deployment->bootstrap_url().empty()) {
     std::printf("crescent serve: bootstrap %s\n", deployment->bootstrap_url().c_str());

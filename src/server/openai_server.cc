@@ -208,6 +208,24 @@ void OpenAiServer::set_encoder(std::unique_ptr<EncodeHandler> encoder) {
 void OpenAiServer::set_engine(EngineClient* engine) {
   engine_.store(engine);
 }
+
+void OpenAiServer::set_unavailable(std::string reason) {
+  {
+    std::lock_guard<std::mutex> lock(unavailable_mu_);
+    if (is_unavailable_.load()) {
+      return;
+    }
+    unavailable_reason_ = std::move(reason);
+  }
+  is_unavailable_.store(true);
+  engine_.store(nullptr);
+  is_encoder_ready_.store(false);
+}
+
+std::string OpenAiServer::unavailable_reason() {
+  std::lock_guard<std::mutex> lock(unavailable_mu_);
+  return unavailable_reason_;
+}
 int OpenAiServer::port() const {
   return http_->port();
 }
@@ -266,6 +284,10 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
   EngineClient* engine = engine_.load();
   const bool is_ready = engine != nullptr || is_encoder_ready_.load();
   if (request.path == "/health") {
+    if (is_unavailable_.load()) {
+      metrics_.observe_http_request(503);
+      return writer->send(503, "text/plain", "unavailable: " + unavailable_reason() + "\n");
+    }
     if (!is_ready || draining_.load()) {
       metrics_.observe_http_request(503);
       return writer->send(503, "text/plain", !is_ready ? "loading\n" : "draining\n");
@@ -344,6 +366,10 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   };
   EngineClient* engine = engine_.load();
   const bool is_encoder = is_encoder_ready_.load();
+  if (is_unavailable_.load()) {
+    return fail(api_error(503, "this server is out of service: " + unavailable_reason(),
+                          "service_unavailable"));
+  }
   if (engine == nullptr && !is_encoder) {
     return fail(api_error(503, "the model is still loading", "service_unavailable"));
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
@@ -64,6 +65,9 @@ class OpenAiServer {
   void set_encoder(std::unique_ptr<EncodeHandler> encoder);
   // Makes the server ready; engine must outlive the server (or the next set_engine(nullptr)).
   void set_engine(EngineClient* engine);
+  // Takes the server out of service for good (e.g. its bootstrap registration was fenced by a
+  // newer engine): /health answers 503 with `reason`, generation requests a 503 that names it.
+  void set_unavailable(std::string reason);
   int port() const;
 
   // Graceful shutdown, step 1: stop accepting connections; new generation requests on open
@@ -95,6 +99,7 @@ class OpenAiServer {
   void on_output(const std::shared_ptr<Call>& call, const GenerationOutput& output);
   // A failed pull of encoder outputs: 504 on its deadline, else 502, with its message.
   void send_pull_failure(net::http::ResponseWriter& writer, const Status& pulled);
+  std::string unavailable_reason();
   void send_json(net::http::ResponseWriter& writer, int status, const std::string& body,
                  net::http::Headers headers = {});
 
@@ -110,6 +115,10 @@ class OpenAiServer {
   std::unique_ptr<EncodeHandler> encoder_;
   std::atomic<bool> is_encoder_ready_{false};
   std::atomic<bool> draining_{false};
+  // Set once by set_unavailable(); is_unavailable_ is stored after the reason is written.
+  std::mutex unavailable_mu_;
+  std::string unavailable_reason_;
+  std::atomic<bool> is_unavailable_{false};
   std::atomic<int> num_in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};
   // Images whose mm_hash and grid came from ec_transfer_params (a decode server, EPD).

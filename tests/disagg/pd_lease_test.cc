@@ -179,15 +179,25 @@ TEST_F(PdLeaseTest, FrozenPrefillIsReplacedAfterItsLeaseAndFencedWhenItWakes) {
   net::http::HttpClient http("127.0.0.1", old_prefill_.port);
   auto deadline = Deadline::after_ms(slack_ms(static_cast<int64_t>(kLeaseTtlS * 1000) + 3000));
   int status = 0;
+  std::string health_body;
   while (!deadline.is_expired()) {
     auto r = http.request("GET", "/health", "", {}, Deadline::after_ms(2000));
     status = r.is_ok() ? r->status : 0;
     if (status == 503) {
+      health_body = r->body;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(status, 503) << "the fenced P still says it is healthy";
+  EXPECT_NE(health_body.find("fenced out at the bootstrap"), std::string::npos) << health_body;
+  auto fenced_answer =
+      http.request("POST", "/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":1})",
+                   {{"Content-Type", "application/json"}}, Deadline::after_ms(5000));
+  ASSERT_TRUE(fenced_answer.is_ok()) << fenced_answer.status().to_string();
+  EXPECT_EQ(fenced_answer->status, 503);
+  EXPECT_NE(fenced_answer->body.find("out of service: fenced out"), std::string::npos)
+      << fenced_answer->body;
   EXPECT_EQ(metric_sum(read_metrics(old_prefill_.port), "crescent_bootstrap_fenced"), 1);
   EXPECT_NE(old_prefill_.output().find("fenced out, no longer serving"), std::string::npos);
   EXPECT_NE(old_prefill_.output().find(second["engine_id"].get<std::string>()), std::string::npos);
