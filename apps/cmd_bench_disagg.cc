@@ -40,6 +40,7 @@
 #include "apps/flags.h"
 #include "core/clock.h"
 #include "core/ids.h"
+#include "kernels/kv_dtype.h"
 #include "model/model_files.h"
 #include "model/tokenizer.h"
 #include "net/http/http_client.h"
@@ -471,6 +472,7 @@ struct BenchOptions {
   int prefill_threads = 0;  // 0: half the cores
   int decode_threads = 0;   // 0: the other half
   int64_t kv_cache_mb = 1024;
+  std::string kv_cache_dtype = "auto";
   double kv_transfer_timeout_s = 300;
   double request_timeout_s = 300;
   double startup_timeout_s = 300;
@@ -669,6 +671,8 @@ Status DisaggBench::start_deployment() {
                                   timeout,
                                   "--kv-cache-mb",
                                   std::to_string(o_.kv_cache_mb),
+                                  "--kv-cache-dtype",
+                                  o_.kv_cache_dtype,
                                   "--drain-timeout-s",
                                   "1"};
     if (role == "prefill") {
@@ -1126,6 +1130,7 @@ Status validate(BenchOptions& o) {
   if (o.kv_cache_mb < 1) {
     return invalid_argument("--kv-cache-mb must be >= 1");
   }
+  RETURN_IF_ERROR(kernels::parse_kv_dtype(o.kv_cache_dtype).status());
   if (!(o.kv_transfer_timeout_s > 0) || !(o.request_timeout_s > 0) || !(o.startup_timeout_s > 0)) {
     return invalid_argument("timeouts must be > 0 seconds");
   }
@@ -1187,6 +1192,8 @@ int bench_disagg(const std::vector<std::string>& args) {
   flags.add("decode-threads", &o.decode_threads,
             "compute threads of the decode server (0: the other cores)");
   flags.add("kv-cache-mb", &o.kv_cache_mb, "KV cache of each server, MiB");
+  flags.add("kv-cache-dtype", &o.kv_cache_dtype,
+            "the servers' --kv-cache-dtype: auto, float32 or bf16 (bf16 moves half the bytes)");
   flags.add("kv-transfer-timeout", &o.kv_transfer_timeout_s,
             "the servers' --kv-transfer-timeout (it covers the prefill), seconds");
   flags.add("request-timeout", &o.request_timeout_s, "bound on each request, seconds");

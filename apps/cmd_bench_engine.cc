@@ -201,6 +201,7 @@ int run_bench_engine(const std::vector<std::string>& args) {
   int prompt_len = 512;
   int decode_steps = 32;
   int big_batch = 16;
+  int decode_context = 128;
   int reps = 3;
   FlagParser flags(
       "crescent bench engine --model DIR|FILE [--threads N] [flags]",
@@ -216,10 +217,16 @@ int run_bench_engine(const std::vector<std::string>& args) {
   flags.add("prompt-len", &prompt_len, "prompt tokens for the prefill measurement");
   flags.add("decode-steps", &decode_steps, "decode steps timed per measurement");
   flags.add("batch", &big_batch, "the larger decode batch");
+  flags.add("decode-context", &decode_context,
+            "prompt tokens of each decoding sequence (the KV each decode step reads)");
   flags.add("reps", &reps, "repetitions; the best is reported");
   if (int code = flags.parse_or_exit_code(args); code >= 0)
     return code;
   model_flags.enable_prefix_caching = false;  // every repetition must really compute
+  if (decode_context < 1) {
+    std::fprintf(stderr, "error: --decode-context must be positive\n");
+    return 1;
+  }
 
   auto loaded_or = model_flags.load();
   if (!loaded_or.is_ok()) {
@@ -236,10 +243,14 @@ int run_bench_engine(const std::vector<std::string>& args) {
   std::mt19937 rng(1234);
   int ids = 0;
 
-  std::printf("model        %s (%s weights, %.0f MiB streamed per token), %d threads, ISA %s\n",
-              loaded.model->name().c_str(), loaded.model->weight_format_name().c_str(),
-              loaded.model->num_weight_bytes() / 1048576.0, pool.num_threads(),
-              kernels::isa_name(kernels::active_isa()).data());
+  std::printf(
+      "model        %s (%s weights, %.0f MiB streamed per token), %s KV cache (%d blocks), %d "
+      "threads, ISA %s\n",
+      loaded.model->name().c_str(), loaded.model->weight_format_name().c_str(),
+      loaded.model->num_weight_bytes() / 1048576.0,
+      kernels::kv_dtype_name(loaded.runner->kv_layout().dtype).data(),
+      loaded.runner->num_kv_blocks(), pool.num_threads(),
+      kernels::isa_name(kernels::active_isa()).data());
 
   // Prefill: one prompt, max_tokens 1, the whole prompt in one step.
   double best_prefill_s = 1e30;
@@ -278,8 +289,8 @@ int run_bench_engine(const std::vector<std::string>& args) {
 
   DecodeFigures best1, best_n;
   for (int r = 0; r < reps; ++r) {
-    auto d1 = measure_decode(eng, rng, vocab, 1, 128, decode_steps, &ids);
-    auto dn = measure_decode(eng, rng, vocab, big_batch, 128, decode_steps, &ids);
+    auto d1 = measure_decode(eng, rng, vocab, 1, decode_context, decode_steps, &ids);
+    auto dn = measure_decode(eng, rng, vocab, big_batch, decode_context, decode_steps, &ids);
     if (!d1.is_ok() || !dn.is_ok()) {
       std::fprintf(stderr, "error: %s\n",
                    (d1.is_ok() ? dn.status() : d1.status()).to_string().c_str());
@@ -297,10 +308,10 @@ int run_bench_engine(const std::vector<std::string>& args) {
 
   std::printf("prefill      %6d-token prompt: %8.1f tokens/s  (%.1f ms)\n", prompt_len,
               prompt_len / best_prefill_s, best_prefill_s * 1000);
-  std::printf("decode       batch 1:  %8.1f tokens/s  (%.2f ms/step)\n", best1.tokens_per_s,
-              best1.step_ms);
-  std::printf("decode       batch %d: %8.1f tokens/s  (%.2f ms/step)\n", big_batch,
-              best_n.tokens_per_s, best_n.step_ms);
+  std::printf("decode       batch 1:  %8.1f tokens/s  (%.2f ms/step, %d-token context)\n",
+              best1.tokens_per_s, best1.step_ms, decode_context);
+  std::printf("decode       batch %d: %8.1f tokens/s  (%.2f ms/step, %d-token contexts)\n",
+              big_batch, best_n.tokens_per_s, best_n.step_ms, decode_context);
   std::printf(
       "baseline     memcpy %.1f GB/s (bytes copied), read-only stream %.1f GB/s; peak %s "
       "multiply-add %.1f GFLOP/s (same run)\n",

@@ -14,6 +14,11 @@ void ModelFlags::add_to(FlagParser& flags) {
   flags.add("weights", &weights,
             "matrix format in memory: auto (Q8_0 files stay Q8_0, else BF16), f32, bf16, q8_0");
   flags.add("kv-cache-mb", &kv_cache_mb, "memory for the paged KV cache, in MiB");
+  flags.add("kv-cache-dtype", &kv_cache_dtype,
+            "element type of the KV cache: auto (bf16 on CPUs with AVX2 or better, else "
+            "float32), float32 or bf16 (half the memory, so twice the blocks per --kv-cache-mb, "
+            "and half the bytes a disaggregated request moves; prefill and decode must agree). "
+            "f16, fp8_e4m3 and q8_0 are not implemented yet");
   flags.add("block-size", &block_size, "tokens per KV cache block");
   flags.add("max-model-len", &max_model_len,
             "longest prompt + output in tokens; 0: the model's limit");
@@ -98,6 +103,7 @@ Result<std::unique_ptr<engine::LoadedEngine>> ModelFlags::load(
     return invalid_argument("--kv-cache-mb must be positive");
   options.kv_cache.block_size = block_size;
   options.kv_cache.kv_cache_bytes = kv_cache_mb << 20;
+  ASSIGN_OR_RETURN(options.kv_cache.dtype, kernels::parse_kv_dtype(kv_cache_dtype));
   options.max_model_len = max_model_len;
   options.max_num_seqs = max_num_seqs;
   options.max_num_batched_tokens = max_num_batched_tokens;

@@ -98,7 +98,7 @@ disagg::KvCompatInfo compat_info(const engine::LoadedEngine& loaded) {
   disagg::KvCompatInfo info;
   info.model = c.architecture_name + " vocab=" + std::to_string(c.vocab_size) +
                " hidden=" + std::to_string(c.hidden_size);
-  info.dtype = "f32";
+  info.dtype = std::string(kernels::kv_dtype_name(layout.dtype));
   info.num_layers = layout.num_layers;
   info.num_kv_heads = layout.num_kv_heads;
   info.head_dim = layout.head_dim;
@@ -257,7 +257,7 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   options.transfer_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(disagg.kv_transfer_timeout_s * 1000)));
   options.compat = compat_info(*rank.loaded);
-  options.memory.base = reinterpret_cast<uint8_t*>(runner.kv_base());
+  options.memory.base = static_cast<uint8_t*>(runner.kv_base());
   options.memory.num_bytes = static_cast<uint64_t>(runner.kv_num_bytes());
   options.memory.block_bytes = static_cast<uint64_t>(runner.kv_layout().block_num_bytes());
   options.memory.num_blocks = runner.num_kv_blocks();

@@ -10,7 +10,7 @@ namespace crescent::disagg {
 
 struct KvCompatInfo {
   std::string model;  // model name or path as the engine reports it
-  std::string dtype;  // KV cache dtype, e.g. "f32", "bf16"
+  std::string dtype;  // KV cache dtype: "float32" or "bf16" (kernels::kv_dtype_name)
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;

@@ -1,8 +1,9 @@
 // disagg_connector_bench: the KV connector end to end in one process (two connectors, real
 // transports): for each transport, the time from start_remote_prefill() (the prefill engine
 // already holds the blocks) to the kRemoteKvReady event, for a prompt whose KV is shaped like
-// Qwen2.5-0.5B's (24 layers, 2 KV heads, head_dim 64, f32, block 16: 384 KiB per block).
-// Usage: disagg_connector_bench [num_prompt_tokens=1024] [repetitions=20]
+// Qwen2.5-0.5B's (24 layers, 2 KV heads, head_dim 64, block 16: 384 KiB per block in float32,
+// 192 KiB in bf16).
+// Usage: disagg_connector_bench [num_prompt_tokens=1024] [repetitions=20] [float32|bf16]
 
 #include <algorithm>
 #include <chrono>
@@ -21,11 +22,17 @@ using crescent::disagg::KvTransferConnector;
 int main(int argc, char** argv) {
   int num_tokens = argc > 1 ? std::atoi(argv[1]) : 1024;
   int reps = argc > 2 ? std::atoi(argv[2]) : 20;
+  const std::string dtype = argc > 3 ? argv[3] : "float32";
+  if (dtype != "float32" && dtype != "bf16") {
+    std::fprintf(stderr, "the KV dtype must be float32 or bf16, got '%s'\n", dtype.c_str());
+    return 2;
+  }
   t::SideOptions so;
+  so.compat.dtype = dtype;
   so.compat.num_layers = 24;
   so.compat.num_kv_heads = 2;
   so.compat.head_dim = 64;
-  so.block_bytes = uint64_t{24} * 2 * 64 * 2 * 16 * 4;
+  so.block_bytes = uint64_t{24} * 2 * 64 * 2 * 16 * (dtype == "bf16" ? 2 : 4);
   int num_blocks = (num_tokens - 1 + 15) / 16;
   so.num_blocks = num_blocks;
   so.transfer_timeout = std::chrono::milliseconds(30'000);
@@ -79,9 +86,9 @@ int main(int argc, char** argv) {
     }
     std::sort(write_ms.begin(), write_ms.end());
     std::printf(
-        "%-4s %5d tokens %4d blocks %7.1f MiB  fetch p50 %7.2f ms  p90 %7.2f ms  (%.2f GB/s)  "
+        "%-4s %s %5d tokens %4d blocks %7.1f MiB  fetch p50 %7.2f ms  p90 %7.2f ms  (%.2f GB/s)  "
         "P's write p50 %.2f ms\n",
-        std::string(transfer::transport_name(kind)).c_str(), num_tokens, num_blocks,
+        std::string(transfer::transport_name(kind)).c_str(), dtype.c_str(), num_tokens, num_blocks,
         bytes / (1 << 20), p50, ms[ms.size() * 9 / 10], bytes / (p50 * 1e-3) / 1e9,
         write_ms[write_ms.size() / 2]);
   }

@@ -42,7 +42,7 @@ Result<int64_t> kv_cache_num_bytes(const model::Transformer& model, const KvCach
     return invalid_argument("block size must be in [1, 1024], got " +
                             std::to_string(kv.block_size));
   }
-  const int64_t block_bytes = model.kv_layout(kv.block_size).block_num_bytes();
+  const int64_t block_bytes = model.kv_layout(kv.block_size, kv.dtype).block_num_bytes();
   const int64_t num_blocks = kv.num_blocks > 0 ? kv.num_blocks : kv.kv_cache_bytes / block_bytes;
   if (num_blocks < 1) {
     return invalid_argument("KV cache budget of " + std::to_string(kv.kv_cache_bytes) +
@@ -140,6 +140,10 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
                             std::to_string(config.max_position_embeddings));
   }
   const int64_t kv_tokens = int64_t{loaded->runner->num_kv_blocks()} * e.block_size;
+  CRESCENT_LOG(kInfo) << "KV cache: " << loaded->runner->num_kv_blocks() << " blocks of "
+                      << e.block_size << " tokens, "
+                      << kernels::kv_dtype_name(loaded->runner->kv_layout().dtype) << " ("
+                      << loaded->runner->kv_layout().block_num_bytes() / 1024 << " KiB a block)";
   if (kv_tokens < e.max_model_len) {
     CRESCENT_LOG(kInfo) << "max model length lowered from " << e.max_model_len << " to "
                         << kv_tokens << " tokens: the KV cache holds no more";

@@ -26,7 +26,7 @@ Result<std::unique_ptr<TransformerRunner>> TransformerRunner::create(
     return invalid_argument("block size must be in [1, 1024], got " +
                             std::to_string(options.block_size));
   }
-  kernels::KvCacheLayout layout = model.kv_layout(options.block_size);
+  kernels::KvCacheLayout layout = model.kv_layout(options.block_size, options.dtype);
   const int64_t block_bytes = layout.block_num_bytes();
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {

@@ -21,6 +21,8 @@ struct KvCacheOptions {
   // Either a block count, or (when 0) as many blocks as fit in kv_cache_bytes.
   int num_blocks = 0;
   int64_t kv_cache_bytes = int64_t{1} << 30;
+  // The stored element type; bf16 blocks take half the bytes, so a budget holds twice as many.
+  kernels::KvDtype dtype = kernels::KvDtype::kFloat32;
 };
 
 // Memory for the KV cache; the default allocator uses anonymous mmap. A caller that needs the
@@ -46,7 +48,7 @@ class TransformerRunner : public ModelRunner {
   Status execute(std::span<const RunnerSeq> batch, std::vector<float>& logits) override;
 
   const kernels::KvCacheLayout& kv_layout() const { return layout_; }
-  float* kv_base() const { return static_cast<float*>(memory_.base); }
+  void* kv_base() const { return memory_.base; }
   int64_t kv_num_bytes() const { return memory_.num_bytes; }
   model::Transformer& model() { return model_; }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kernels/kernel_table.h"
 
 namespace crescent::kernels {
@@ -21,36 +22,51 @@ struct Task {
   int64_t t_end;
 };
 
-}  // namespace
+// The stored element type T's dot and axpy from the kernel table (f32 or bf16 K/V).
+struct KvOps {
+  const internal::KernelTable& ops;
+  float dot(const float* q, const float* k, int64_t n) const { return ops.dot(q, k, n); }
+  float dot(const float* q, const uint16_t* k, int64_t n) const { return ops.dot_bf16(q, k, n); }
+  void axpy(float a, const float* v, float* y, int64_t n) const { ops.axpy(a, v, y, n); }
+  void axpy(float a, const uint16_t* v, float* y, int64_t n) const { ops.axpy_bf16(a, v, y, n); }
+};
 
-void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
-              const int32_t* block_table, int layer, const KvCacheLayout& layout, float* kv_base) {
-  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
+void store_row(const float* src, int64_t n, float* dst) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+void store_row(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = float_to_bf16(src[i]);
+}
+
+template <typename T>
+void write_kv_as(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
+                 const int32_t* block_table, int layer, const KvCacheLayout& layout, T* kv_base) {
   const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
-  const int64_t part = layout.layer_part_floats();
+  const int64_t part = layout.layer_part_elements();
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t pos = start_pos + t;
     const int64_t block = block_table[pos / layout.block_size];
     const int64_t slot = pos % layout.block_size;
-    float* base = kv_base + block * layout.block_num_floats() + slot * row;
-    std::memcpy(base + 2 * layer * part, k + t * row, row * sizeof(float));
-    std::memcpy(base + (2 * layer + 1) * part, v + t * row, row * sizeof(float));
+    T* base = kv_base + block * layout.block_num_elements() + slot * row;
+    store_row(k + t * row, row, base + 2 * layer * part);
+    store_row(v + t * row, row, base + (2 * layer + 1) * part);
   }
 }
 
-void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num_heads, int layer,
-                     const KvCacheLayout& layout, const float* kv_base, float scale, float* out,
-                     ThreadPool& pool) {
+template <typename T>
+void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int num_heads,
+                        int layer, const KvCacheLayout& layout, const T* kv_base, float scale,
+                        float* out, ThreadPool& pool) {
   const int num_kv_heads = layout.num_kv_heads;
-  CRESCENT_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0)
-      << num_heads << " heads over " << num_kv_heads << " kv heads";
-  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
   const int group = num_heads / num_kv_heads;
   const int head_dim = layout.head_dim;
   const int block_size = layout.block_size;
   const int64_t kv_row = int64_t{num_kv_heads} * head_dim;
-  const int64_t part = layout.layer_part_floats();
+  const int64_t part = layout.layer_part_elements();
   const internal::KernelTable& ops = internal::active_table();
+  const KvOps kv_ops{ops};
 
   std::vector<Task> tasks;
   for (int64_t s = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
@@ -81,9 +97,9 @@ void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num
         sum[h] = 0;
       }
       for (int64_t kb = 0; kb * block_size < num_keys; ++kb) {
-        const float* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_floats();
-        const float* k_base = block + 2 * layer * part + task.kv_head * head_dim;
-        const float* v_base = block + (2 * layer + 1) * part + task.kv_head * head_dim;
+        const T* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_elements();
+        const T* k_base = block + 2 * layer * part + task.kv_head * head_dim;
+        const T* v_base = block + (2 * layer + 1) * part + task.kv_head * head_dim;
         const int n = static_cast<int>(std::min<int64_t>(block_size, num_keys - kb * block_size));
         for (int h = 0; h < group; ++h) {
           const int64_t head = int64_t{task.kv_head} * group + h;
@@ -91,7 +107,7 @@ void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num
           float* oh = out + (row * num_heads + head) * head_dim;
           float block_max = -std::numeric_limits<float>::infinity();
           for (int j = 0; j < n; ++j) {
-            scores[j] = ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
+            scores[j] = kv_ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
             block_max = std::max(block_max, scores[j]);
           }
           const float new_max = std::max(max_score[h], block_max);
@@ -104,7 +120,7 @@ void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num
           for (int j = 0; j < n; ++j) {
             const float p = std::exp(scores[j] - new_max);
             sum[h] += p;
-            ops.axpy(p, v_base + j * kv_row, oh, head_dim);
+            kv_ops.axpy(p, v_base + j * kv_row, oh, head_dim);
           }
         }
       }
@@ -114,6 +130,35 @@ void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num
       }
     }
   });
+}
+
+}  // namespace
+
+void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
+              const int32_t* block_table, int layer, const KvCacheLayout& layout, void* kv_base) {
+  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
+  if (layout.dtype == KvDtype::kBf16) {
+    write_kv_as(k, v, num_tokens, start_pos, block_table, layer, layout,
+                static_cast<uint16_t*>(kv_base));
+  } else {
+    write_kv_as(k, v, num_tokens, start_pos, block_table, layer, layout,
+                static_cast<float*>(kv_base));
+  }
+}
+
+void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num_heads, int layer,
+                     const KvCacheLayout& layout, const void* kv_base, float scale, float* out,
+                     ThreadPool& pool) {
+  CRESCENT_CHECK(layout.num_kv_heads > 0 && num_heads % layout.num_kv_heads == 0)
+      << num_heads << " heads over " << layout.num_kv_heads << " kv heads";
+  CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
+  if (layout.dtype == KvDtype::kBf16) {
+    paged_attention_as(seqs, q, num_heads, layer, layout, static_cast<const uint16_t*>(kv_base),
+                       scale, out, pool);
+  } else {
+    paged_attention_as(seqs, q, num_heads, layer, layout, static_cast<const float*>(kv_base), scale,
+                       out, pool);
+  }
 }
 
 }  // namespace crescent::kernels

@@ -1,9 +1,10 @@
 #pragma once
 // The paged KV cache layout and causal paged attention over it.
 //
-// Layout: block b starts at kv_base + b * block_num_floats(). Inside a block, layer l's K part
-// is at offset (2*l) * layer_part_floats() and its V part at (2*l+1) * layer_part_floats(),
-// each [token_in_block][kv_head][head_dim] float32. One block therefore holds every layer of
+// Layout: block b starts at byte kv_base + b * block_num_bytes(). Inside a block (counted in
+// elements of `dtype`), layer l's K part is at (2*l) * layer_part_elements() and its V part at
+// (2*l+1) * layer_part_elements(), each [token_in_block][kv_head][head_dim] of float32 or bf16
+// (the top half of the f32, rounded to nearest even). One block therefore holds every layer of
 // block_size tokens contiguously, and consecutive block ids are contiguous memory, so the
 // transfer engine moves a prompt's KV as a few large copies.
 //
@@ -14,6 +15,7 @@
 #include <span>
 
 #include "core/thread_pool.h"
+#include "kernels/kv_dtype.h"
 
 namespace crescent::kernels {
 
@@ -22,16 +24,18 @@ struct KvCacheLayout {
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::kFloat32;
 
-  int64_t layer_part_floats() const { return int64_t{block_size} * num_kv_heads * head_dim; }
-  int64_t block_num_floats() const { return 2 * int64_t{num_layers} * layer_part_floats(); }
-  int64_t block_num_bytes() const { return block_num_floats() * 4; }
+  int64_t layer_part_elements() const { return int64_t{block_size} * num_kv_heads * head_dim; }
+  int64_t block_num_elements() const { return 2 * int64_t{num_layers} * layer_part_elements(); }
+  int64_t block_num_bytes() const { return block_num_elements() * kv_dtype_bytes(dtype); }
 };
 
 // Writes k and v ([num_tokens][num_kv_heads][head_dim]) of the tokens at positions
-// start_pos, start_pos+1, ... into slot (block_table[pos / block_size], pos % block_size).
+// start_pos, start_pos+1, ... into slot (block_table[pos / block_size], pos % block_size),
+// converted to layout.dtype.
 void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
-              const int32_t* block_table, int layer, const KvCacheLayout& layout, float* kv_base);
+              const int32_t* block_table, int layer, const KvCacheLayout& layout, void* kv_base);
 
 struct AttentionSeq {
   int64_t q_row;       // first row of this sequence in q/out
@@ -45,9 +49,9 @@ struct AttentionSeq {
 // at position start_pos + t and attends to positions [0, start_pos + t], whose K/V must have
 // been written. q, out: [rows][num_heads][head_dim]. Parallel over (sequence, kv head, chunk of
 // 16 query rows); each output row is computed by one task, so results do not depend on the
-// pool size.
+// pool size. bf16 K/V are widened to f32 in registers; the math is f32 either way.
 void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num_heads, int layer,
-                     const KvCacheLayout& layout, const float* kv_base, float scale, float* out,
+                     const KvCacheLayout& layout, const void* kv_base, float scale, float* out,
                      ThreadPool& pool);
 
 }  // namespace crescent::kernels

@@ -51,7 +51,10 @@ struct KernelTable {
   RowDotFn row_dot[kNumDTypes] = {};
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
-  void (*scale)(float a, float* y, int64_t n) = nullptr;                 // y *= a
+  // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
+  float (*dot_bf16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
+  void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
+  void (*scale)(float a, float* y, int64_t n) = nullptr;  // y *= a
   void (*rms_norm)(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
                    float* y) = nullptr;
   void (*add_inplace)(float* y, const float* x, int64_t n) = nullptr;
@@ -62,6 +65,14 @@ struct KernelTable {
   double (*peak_fma_flops)(int64_t num_iters) = nullptr;
   double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16
 };
+
+// A stored element as f32: the scalar tails of the kernels over f32 or bf16 (uint16_t) data.
+inline float widen(float x) {
+  return x;
+}
+inline float widen(uint16_t x) {
+  return bf16_to_float(x);
+}
 
 void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);

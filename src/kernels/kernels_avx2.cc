@@ -117,28 +117,40 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+// 8 values of b as f32: f32 as is, bf16 widened (a bf16 is the top half of its f32).
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// T: float, or uint16_t for bf16 (the bf16 KV cache).
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps();
   __m256 acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
   }
   float s = hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i)
-    s += a[i] * b[i];
+    s += a[i] * widen(b[i]);
   return s;
 }
 
-void axpy(float s, const float* x, float* y, int64_t n) {
+template <typename T>
+void axpy(float s, const T* x, float* y, int64_t n) {
   const __m256 vs = _mm256_set1_ps(s);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, load8(x + i), _mm256_loadu_ps(y + i)));
   }
   for (; i < n; ++i)
-    y[i] = std::fma(s, x[i], y[i]);
+    y[i] = std::fma(s, widen(x[i]), y[i]);
 }
 
 void scale(float s, float* y, int64_t n) {
@@ -215,8 +227,10 @@ double peak_fma_flops(int64_t num_iters) {
 void fill_avx2(KernelTable* t) {
   t->matmul_f32 = matmul_f32;
   t->matmul_bf16 = matmul_bf16;
-  t->dot = dot;
-  t->axpy = axpy;
+  t->dot = dot<float>;
+  t->axpy = axpy<float>;
+  t->dot_bf16 = dot<uint16_t>;
+  t->axpy_bf16 = axpy<uint16_t>;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;

@@ -246,27 +246,38 @@ inline __mmask16 tail_mask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1);
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+// The m-masked values of p as f32: f32 as is, bf16 widened (a bf16 is the top half of its f32).
+inline __m512 load16(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+inline __m512 load16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// T: float, or uint16_t for bf16 (the bf16 KV cache).
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps();
   __m512 acc1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i, 0xffff), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16, 0xffff), acc1);
   }
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
-    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), load16(b + i, m), acc0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-void axpy(float s, const float* x, float* y, int64_t n) {
+template <typename T>
+void axpy(float s, const T* x, float* y, int64_t n) {
   const __m512 vs = _mm512_set1_ps(s);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
-    __m512 v =
-        _mm512_fmadd_ps(vs, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    __m512 v = _mm512_fmadd_ps(vs, load16(x + i, m), _mm512_maskz_loadu_ps(m, y + i));
     _mm512_mask_storeu_ps(y + i, m, v);
   }
 }
@@ -356,8 +367,10 @@ void fill_avx512(KernelTable* t) {
   t->matmul_f32 = matmul_f32;
   t->matmul_bf16 = matmul_bf16;
   t->matmul_q8 = matmul_q8;
-  t->dot = dot;
-  t->axpy = axpy;
+  t->dot = dot<float>;
+  t->axpy = axpy<float>;
+  t->dot_bf16 = dot<uint16_t>;
+  t->axpy_bf16 = axpy<uint16_t>;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;

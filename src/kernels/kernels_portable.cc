@@ -86,16 +86,20 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
   }
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+
+// T: float, or uint16_t for bf16 (the bf16 KV cache).
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
   float acc = 0;
   for (int64_t i = 0; i < n; ++i)
-    acc += a[i] * b[i];
+    acc += a[i] * widen(b[i]);
   return acc;
 }
 
-void axpy(float s, const float* x, float* y, int64_t n) {
+template <typename T>
+void axpy(float s, const T* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    y[i] += s * x[i];
+    y[i] += s * widen(x[i]);
 }
 
 void scale(float s, float* y, int64_t n) {
@@ -159,8 +163,10 @@ void fill_portable(KernelTable* t) {
   t->matmul_bf16 = matmul_bf16;
   t->gemm_bf16_dot = nullptr;
   t->matmul_q8 = matmul_q8;
-  t->dot = dot;
-  t->axpy = axpy;
+  t->dot = dot<float>;
+  t->axpy = axpy<float>;
+  t->dot_bf16 = dot<uint16_t>;
+  t->axpy_bf16 = axpy<uint16_t>;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;

@@ -201,9 +201,10 @@ std::string Transformer::weight_format_name() const {
   return "?";
 }
 
-kernels::KvCacheLayout Transformer::kv_layout(int block_size) const {
+kernels::KvCacheLayout Transformer::kv_layout(int block_size, kernels::KvDtype dtype) const {
   const ModelConfig& c = files_.config;
-  return kernels::KvCacheLayout{c.num_hidden_layers, block_size, c.num_key_value_heads, c.head_dim};
+  return kernels::KvCacheLayout{c.num_hidden_layers, block_size, c.num_key_value_heads, c.head_dim,
+                                dtype};
 }
 
 void Transformer::embed(std::span<const int32_t> token_ids, float* out) const {
@@ -217,7 +218,7 @@ void Transformer::embed(std::span<const int32_t> token_ids, float* out) const {
 }
 
 Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::KvCacheLayout& layout,
-                            float* kv_base, std::vector<float>& logits) {
+                            void* kv_base, std::vector<float>& logits) {
   const ModelConfig& c = files_.config;
   const int64_t hidden = c.hidden_size;
   const int num_heads = c.num_attention_heads;

@@ -55,7 +55,7 @@ class Transformer {
   const ModelConfig& config() const { return files_.config; }
   const std::string& name() const { return files_.name; }
   const ModelFiles& files() const { return files_; }
-  kernels::KvCacheLayout kv_layout(int block_size) const;
+  kernels::KvCacheLayout kv_layout(int block_size, kernels::KvDtype dtype) const;
   // Bytes of packed weights that one decode step streams (for bandwidth figures).
   int64_t num_weight_bytes() const { return num_weight_bytes_; }
   // Multiply-adds per token in the matrices (rows x cols summed), for FLOP figures.
@@ -67,7 +67,7 @@ class Transformer {
   // kv_layout()) and appending the logits of each seq with needs_logits to `logits`
   // (count * vocab floats, in batch order).
   Status forward(std::span<const ForwardSeq> batch, const kernels::KvCacheLayout& layout,
-                 float* kv_base, std::vector<float>& logits);
+                 void* kv_base, std::vector<float>& logits);
 
  private:
   struct Layer {

@@ -394,6 +394,20 @@ TEST_F(PdFaultTest, CompatibilityMismatchNamesBlockSize) {
   expect_blocks_back();
 }
 
+// P stores bf16 KV and D float32: D refuses to take P's blocks, naming both dtypes.
+TEST_F(PdFaultTest, CompatibilityMismatchNamesBothKvDtypes) {
+  spec_.extra_args = {"--kv-cache-dtype", "bf16"};
+  ServeSpec decode = spec_;
+  decode.extra_args = {"--kv-cache-dtype", "float32"};
+  start(false, &decode);
+  Reply d = direct_pair(completion(long_prompt(40, 9), 4, false));
+  expect_clear_error(d, {"dtype"}, "P bf16 KV, D float32 KV", 502);
+  EXPECT_NE(d.error_message.find("dtype: \"float32\" here, \"bf16\" at the peer"),
+            std::string::npos)
+      << d.error_message;
+  expect_blocks_back();
+}
+
 // Parks `count` decode halves on D (their P halves are never sent), so that D has asked P and
 // waits: the state in which a P or D death hurts most. Returns the threads' replies.
 struct ParkedDecodes {
