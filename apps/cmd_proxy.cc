@@ -65,9 +65,10 @@ int run_proxy(const std::vector<std::string>& args) {
   std::printf("crescent proxy: listening on http://%s:%d (%s)\n", options.host.c_str(),
               proxy->port(), pools.c_str());
   // Whether keys are in use, never the keys.
-  std::printf("crescent proxy: API key %s, upstream API key %s\n",
-              options.api_key.empty() ? "off" : "required on /v1/*",
-              options.upstream_api_key.empty() ? "off (the client's header is passed on)" : "set");
+  std::printf(
+      "crescent proxy: API key %s, upstream API key %s\n",
+      options.api_key.empty() ? "off" : "required (open: /health, /metrics, /version, /ping)",
+      options.upstream_api_key.empty() ? "off (the client's header is passed on)" : "set");
   for (const auto& p : options.prefills) {
     std::printf("crescent proxy: prefill %s, bootstrap %s\n", p.server.url.c_str(),
                 p.bootstrap_addr().c_str());

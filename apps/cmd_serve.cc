@@ -231,9 +231,10 @@ int run_serve(const std::vector<std::string>& args) {
     return 1;
   }
   auto& server = *server_or;
-  std::printf("crescent serve: listening on http://%s:%d (loading %s, role %s, API key %s)\n",
-              serve.host.c_str(), server->port(), model_flags.model.c_str(), disagg.role.c_str(),
-              serve.api_key.empty() ? "off" : "required on /v1/*");
+  std::printf(
+      "crescent serve: listening on http://%s:%d (loading %s, role %s, API key %s)\n",
+      serve.host.c_str(), server->port(), model_flags.model.c_str(), disagg.role.c_str(),
+      serve.api_key.empty() ? "off" : "required (open: /health, /metrics, /version, /ping)");
   std::fflush(stdout);
 
   auto deployment_or = ServeDeployment::start(model_flags, disagg, ec, serve.host);
