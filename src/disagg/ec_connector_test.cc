@@ -380,7 +380,9 @@ TEST_P(EcConnectorTest, NormalPathReadsAtTheRefsLocationWithoutAcquire) {
 TEST_P(EcConnectorTest, ReadOfAnExpiredReservationFailsInsteadOfReturningReusedBytes) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
   o.pool_bytes = (64 << 10) + kEntryHeader;
-  o.reservation_timeout = milliseconds(100);
+  // Long enough that next's reservation outlives the rest of the test on a loaded machine
+  // under TSan (100 ms was not), short enough for eventually() to see img's expire.
+  o.reservation_timeout = milliseconds(1500);
   auto producer = make_producer(o);
   EcTensorRef stale = publish(*producer, "img", 1, 256);  // the whole pool
   ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));

@@ -300,7 +300,9 @@ TEST_F(EcDiskTest, BoundIsKeptByDeletingLeastRecentlyUsedFiles) {
 }
 
 TEST_F(EcDiskTest, ReservedFilesAreNeverDeleted) {
-  auto p = producer(10'000, std::chrono::milliseconds(300));
+  // The reservations must outlive three publishes on a loaded machine under TSan (300 ms did
+  // not always).
+  auto p = producer(10'000, std::chrono::milliseconds(2000));
   ASSERT_TRUE(p);
   ASSERT_TRUE(publish(*p, "aaaa", 1.0f).is_ok());
   ASSERT_TRUE(publish(*p, "bbbb", 2.0f).is_ok());
@@ -315,7 +317,7 @@ TEST_F(EcDiskTest, ReservedFilesAreNeverDeleted) {
   EXPECT_EQ(p->metrics().num_evictions, 0u);
 
   // Reservations end only by expiry (the consumer cannot tell the encoder); then room is made.
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   p->expire_now();
   EXPECT_EQ(p->metrics().num_reservations, 0);
   EXPECT_EQ(p->metrics().num_expired_reservations, 2u);
