@@ -590,7 +590,8 @@ TEST_P(EcConnectorTest, SilentEncoderFailsTheFetchAtTheDeadline) {
 // A hand-driven consumer: HELLO + ACQUIRE on a raw socket, then the socket is dropped.
 TEST_P(EcConnectorTest, DroppedConsumerConnectionReleasesWhatItAcquired) {
   EcProducerOptions o = producer_options(GetParam(), "enc-a");
-  o.reservation_timeout = milliseconds(100);
+  // Room for HELLO + ACQUIRE before the reservation would expire, on a loaded TSan run.
+  o.reservation_timeout = milliseconds(1000);
   auto producer = make_producer(o);
   EcTensorRef ref = publish(*producer, "img", 1, 4);
   std::string host;
@@ -620,7 +621,7 @@ TEST_P(EcConnectorTest, DroppedConsumerConnectionReleasesWhatItAcquired) {
   ASSERT_EQ(f.type, static_cast<uint16_t>(ec_protocol::MessageType::kAcquired));
   EXPECT_EQ(producer->metrics().num_pulling, 1);
   // Pinned: the reservation timeout passes without expiring it.
-  std::this_thread::sleep_for(milliseconds(250));
+  std::this_thread::sleep_for(milliseconds(1150));
   producer->expire_now();
   EXPECT_EQ(producer->metrics().num_reservations, 1);
   EXPECT_EQ(producer->metrics().num_expired_reservations, 0u);
