@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/logging.h"
 
 namespace crescent::net::http {
@@ -70,14 +71,34 @@ struct ServerState {
   std::mutex mu;
   std::set<std::weak_ptr<Connection>, std::owner_less<std::weak_ptr<Connection>>> connections;
   std::atomic<int> num_open{0};
+  // Responses whose end the handler has given (send() or end()) but whose bytes are not all
+  // written yet: stop() lets these reach their clients before it closes connections.
+  std::atomic<int> num_ending{0};
+};
+
+// Counts one response in ServerState::num_ending for as long as it lives.
+class EndingMark {
+ public:
+  explicit EndingMark(std::shared_ptr<ServerState> state) : state_(std::move(state)) {
+    state_->num_ending.fetch_add(1);
+  }
+  ~EndingMark() { state_->num_ending.fetch_sub(1); }
+  EndingMark(const EndingMark&) = delete;
+  EndingMark& operator=(const EndingMark&) = delete;
+
+ private:
+  std::shared_ptr<ServerState> state_;
 };
 
 // One response in progress on a connection. Holds the connection weakly: a writer kept by an
 // engine callback after the client has gone must not keep the socket alive.
 class Writer : public ResponseWriter {
  public:
-  Writer(std::weak_ptr<Connection> connection, asio::any_io_executor strand)
-      : connection_(std::move(connection)), strand_(std::move(strand)) {}
+  Writer(std::weak_ptr<Connection> connection, asio::any_io_executor strand,
+         std::shared_ptr<ServerState> state)
+      : connection_(std::move(connection)),
+        strand_(std::move(strand)),
+        server_state_(std::move(state)) {}
 
   void send(int status, std::string content_type, std::string body, Headers extra) override;
   void start_stream(int status, std::string content_type, Headers extra) override;
@@ -120,6 +141,7 @@ class Writer : public ResponseWriter {
 
   std::weak_ptr<Connection> connection_;
   asio::any_io_executor strand_;  // the connection's strand
+  std::shared_ptr<ServerState> server_state_;
   std::atomic<State> state_{State::kFresh};
   std::atomic<bool> closed_{false};
   std::mutex mu_;
@@ -158,7 +180,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       write_some();
     }
   }
-  void complete_response(bool keep_alive) {
+  // ending (may be null) counts the response as ending until it is written or dropped.
+  void complete_response(bool keep_alive, std::shared_ptr<EndingMark> ending = nullptr) {
+    ending_ = std::move(ending);
     response_complete_ = true;
     keep_alive_ = keep_alive_ && keep_alive;
     if (!writing_) {
@@ -172,6 +196,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     closed_ = true;
+    ending_.reset();
     if (writer_) {
       // A response that was fully written needs no abort.
       writer_->mark_closed(client_gone && in_response_);
@@ -265,7 +290,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     in_response_ = true;
     response_complete_ = false;
     queued_bytes_ = 0;
-    writer_ = std::make_shared<Writer>(weak_from_this(), strand());
+    writer_ = std::make_shared<Writer>(weak_from_this(), strand(), state_);
     watch();
     try {
       state_->handler(std::move(request), writer_);
@@ -341,6 +366,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     in_response_ = false;
     response_complete_ = false;
+    ending_.reset();
     if (writer_) {
       writer_->mark_closed(false);
       writer_.reset();
@@ -393,6 +419,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::shared_ptr<Writer> writer_;
+  std::shared_ptr<EndingMark> ending_;
   std::deque<std::string> out_queue_;
   std::string current_write_;
   uint64_t queued_bytes_ = 0;
@@ -420,13 +447,15 @@ void Writer::send(int status, std::string content_type, std::string body, Header
   if (!state_.compare_exchange_strong(expected, State::kDone)) {
     return;
   }
+  // Counted from here, on the caller's thread: a stop() that follows must see it.
+  auto ending = std::make_shared<EndingMark>(server_state_);
   post([status, content_type = std::move(content_type), body = std::move(body),
-        extra = std::move(extra)](Connection& c) {
+        extra = std::move(extra), ending](Connection& c) mutable {
     std::string length = std::to_string(body.size());
     c.enqueue(
         status_line_and_headers(status, content_type, extra, c.request_keep_alive(), &length) +
         body);
-    c.complete_response(true);
+    c.complete_response(true, std::move(ending));
   });
 }
 
@@ -453,9 +482,10 @@ void Writer::end() {
   if (!state_.compare_exchange_strong(expected, State::kDone)) {
     return;
   }
-  post([](Connection& c) {
+  auto ending = std::make_shared<EndingMark>(server_state_);
+  post([ending](Connection& c) mutable {
     c.enqueue("0\r\n\r\n");
-    c.complete_response(true);
+    c.complete_response(true, std::move(ending));
   });
 }
 
@@ -554,6 +584,11 @@ void Server::stop() {
     return;
   }
   stop_accepting();
+  // Responses already given their end get a bounded time to reach their clients.
+  auto flush_deadline = Deadline::after_ms(impl_->state->options.stop_flush_ms);
+  while (impl_->state->num_ending.load() > 0 && !flush_deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   std::vector<std::shared_ptr<Connection>> open;
   {
     std::lock_guard<std::mutex> lock(impl_->state->mu);

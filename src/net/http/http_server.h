@@ -58,6 +58,9 @@ struct ServerOptions {
   int64_t read_timeout_ms = 60'000;
   // A client that stops reading a streamed response is cut off once this much is queued.
   uint64_t max_queued_output_bytes = 64ull << 20;
+  // stop() waits up to this long for responses whose end was already given (a final send() or
+  // end()) to be written, so a drained request's last bytes are not cut off.
+  int64_t stop_flush_ms = 2'000;
 };
 
 class Server {
@@ -69,7 +72,8 @@ class Server {
   int port() const;
   // Closes the listening socket; connections already open keep working.
   void stop_accepting();
-  // Closes every connection and joins the I/O threads. Idempotent.
+  // Lets responses that were already ended finish writing (up to stop_flush_ms), then closes
+  // every connection and joins the I/O threads. Idempotent.
   void stop();
   int num_open_connections() const;
 

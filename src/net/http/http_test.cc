@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -123,6 +124,86 @@ TEST_F(HttpTest, ClientThatLeavesMidStreamFiresOnClose) {
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return closed; }));
   EXPECT_TRUE(held->is_closed());
   held->write("data: dropped\n\n");  // harmless after close
+}
+
+// A drain stops the server right after the last response ends: its bytes must still arrive.
+TEST_F(HttpTest, StopLetsAnEndedResponseFinishWriting) {
+  constexpr int kChunks = 16;
+  const std::string piece(1 << 20, 'x');
+  std::promise<void> ended;
+  std::thread producer;
+  start([&](Request, std::shared_ptr<ResponseWriter> writer) {
+    producer = std::thread([&, writer] {
+      writer->start_stream(200, "application/octet-stream");
+      for (int i = 0; i < kChunks; ++i) {
+        writer->write(piece);
+      }
+      writer->end();
+      ended.set_value();
+    });
+  });
+  size_t num_bytes = 0;
+  Result<Response> r = unavailable("not run");
+  std::thread client_thread([&] {
+    HttpClient client("127.0.0.1", server_->port());
+    r = client.stream(
+        "GET", "/big", "", {},
+        [&](std::string_view d) {
+          // Most of the response is still queued when stop() comes.
+          num_bytes += d.size();
+          return true;
+        },
+        soon());
+  });
+  ended.get_future().wait();
+  server_->stop();
+  client_thread.join();
+  producer.join();
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(num_bytes, piece.size() * kChunks);
+}
+
+// ...but a client that reads nothing does not hold stop() past stop_flush_ms.
+TEST_F(HttpTest, StopGivesUpOnAClientThatDoesNotRead) {
+  std::promise<void> ended;
+  std::thread producer;
+  ServerOptions options;
+  options.stop_flush_ms = 300;
+  start(
+      [&](Request, std::shared_ptr<ResponseWriter> writer) {
+        producer = std::thread([&, writer] {
+          writer->start_stream(200, "application/octet-stream");
+          for (int i = 0; i < 32; ++i) {
+            writer->write(std::string(1 << 20, 'y'));
+          }
+          writer->end();
+          ended.set_value();
+        });
+      },
+      options);
+  std::atomic<bool> release{false};
+  std::thread client_thread([&] {
+    HttpClient client("127.0.0.1", server_->port());
+    (void)client.stream(
+        "GET", "/big", "", {},
+        [&](std::string_view) {
+          while (!release.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          return false;
+        },
+        soon());
+  });
+  ended.get_future().wait();
+  auto started = std::chrono::steady_clock::now();
+  server_->stop();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  release = true;
+  client_thread.join();
+  producer.join();
+  EXPECT_LT(seconds, 5.0);
 }
 
 TEST_F(HttpTest, MalformedRequestIs400) {
