@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/ids.h"
 #include "core/logging.h"
@@ -104,6 +105,10 @@ disagg::KvCompatInfo compat_info(const engine::LoadedEngine& loaded) {
   info.head_dim = layout.head_dim;
   info.block_size = layout.block_size;
   info.layout = "block:layer:kv:token:head:dim";
+  char fingerprint[17];
+  std::snprintf(fingerprint, sizeof(fingerprint), "%016llx",
+                static_cast<unsigned long long>(loaded.model->weights_fingerprint()));
+  info.weights = std::string(fingerprint) + " " + loaded.model->weight_format_name();
   return info;
 }
 

@@ -35,6 +35,7 @@ uint64_t KvCompatInfo::hash() const {
   mix_int(&h, head_dim);
   mix_int(&h, block_size);
   mix_string(&h, layout);
+  mix_string(&h, weights);
   return h;
 }
 
@@ -60,6 +61,9 @@ std::string describe_first_difference(const KvCompatInfo& here, const KvCompatIn
     return number("block_size", here.block_size, peer.block_size);
   if (here.layout != peer.layout)
     return text("layout", here.layout, peer.layout);
+  if (here.weights != peer.weights)
+    return text("weights", here.weights, peer.weights) +
+           " (another checkpoint or weight format of the same shape)";
   return "";
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // KvCompatInfo: what two engines must agree on before one writes KV blocks into the other's
-// memory (DESIGN.md §2: model, dtype, layer count, KV heads, head size, block size, layout).
+// memory (DESIGN.md §2: model, dtype, layer count, KV heads, head size, block size, layout) and
+// the weights they were computed with.
 // Exchanged in the connector's HELLO; a mismatch is refused with a message naming the field.
 
 #include <cstdint>
@@ -16,6 +17,10 @@ struct KvCompatInfo {
   int head_dim = 0;
   int block_size = 0;  // tokens per KV block
   std::string layout;  // how one block's bytes are laid out, e.g. "block:layer:kv:token:head:dim"
+  // The weights as loaded, e.g. "3f9c0a1b2c3d4e5f BF16" (Transformer::weights_fingerprint and
+  // the weight format): two checkpoints of one shape (a base model and its fine-tune) differ
+  // here, so one never decodes the other's KV.
+  std::string weights;
 
   // A stable 64-bit FNV-1a hash of every field (the same on every host and build).
   uint64_t hash() const;

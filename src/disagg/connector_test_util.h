@@ -34,6 +34,7 @@ inline KvCompatInfo test_compat() {
   c.head_dim = 16;
   c.block_size = kBlockSize;
   c.layout = "block:layer:kv:token:head:dim";
+  c.weights = "ffffffffffffffff BF16";
   return c;
 }
 

@@ -16,6 +16,7 @@ void put_compat(ByteWriter& w, const KvCompatInfo& c) {
   w.u32(static_cast<uint32_t>(c.head_dim));
   w.u32(static_cast<uint32_t>(c.block_size));
   w.bytes(c.layout);
+  w.bytes(c.weights);
 }
 
 KvCompatInfo get_compat(ByteReader& r) {
@@ -27,6 +28,7 @@ KvCompatInfo get_compat(ByteReader& r) {
   c.head_dim = static_cast<int>(r.u32());
   c.block_size = static_cast<int>(r.u32());
   c.layout = r.bytes(kMaxTextBytes);
+  c.weights = r.bytes(kMaxTextBytes);
   return c;
 }
 

@@ -15,7 +15,8 @@
 
 namespace crescent::disagg::protocol {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: KvCompatInfo carries the weights fingerprint.
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint64_t kMaxPayloadBytes = 1 << 20;
 inline constexpr uint32_t kMaxIdBytes = 256;     // engine ids, transfer ids
 inline constexpr uint32_t kMaxTextBytes = 4096;  // messages, compat strings

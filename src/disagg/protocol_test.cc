@@ -15,7 +15,7 @@ namespace {
 TEST(CompatInfoTest, HashIsStableAndSensitiveToEveryField) {
   KvCompatInfo a = testing::test_compat();
   EXPECT_EQ(a.hash(), testing::test_compat().hash());
-  std::vector<KvCompatInfo> variants(7, a);
+  std::vector<KvCompatInfo> variants(8, a);
   variants[0].model = "other";
   variants[1].dtype = "bf16";
   variants[2].num_layers = 3;
@@ -23,6 +23,7 @@ TEST(CompatInfoTest, HashIsStableAndSensitiveToEveryField) {
   variants[4].head_dim = 8;
   variants[5].block_size = 32;
   variants[6].layout = "layer:block";
+  variants[7].weights = "0000000000000001 BF16";
   for (const auto& v : variants) {
     EXPECT_NE(v.hash(), a.hash());
     EXPECT_FALSE(describe_first_difference(a, v).empty());
@@ -30,6 +31,9 @@ TEST(CompatInfoTest, HashIsStableAndSensitiveToEveryField) {
   EXPECT_EQ(describe_first_difference(a, a), "");
   EXPECT_EQ(describe_first_difference(variants[5], a), "block_size: 32 here, 16 at the peer");
   EXPECT_EQ(describe_first_difference(a, variants[1]), "dtype: \"f32\" here, \"bf16\" at the peer");
+  EXPECT_EQ(describe_first_difference(variants[7], a),
+            "weights: \"0000000000000001 BF16\" here, \"ffffffffffffffff BF16\" at the peer "
+            "(another checkpoint or weight format of the same shape)");
 }
 
 TEST(ProtocolTest, HelloRoundTripsAndIsValidated) {
@@ -58,10 +62,10 @@ TEST(ProtocolTest, HelloRoundTripsAndIsValidated) {
   bad.engine_id = "has space";
   EXPECT_FALSE(protocol::decode_hello(protocol::encode(bad)).is_ok());
   bad = h;
-  bad.protocol_version = 2;
+  bad.protocol_version = 1;
   auto r = protocol::decode_hello(protocol::encode(bad));
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("protocol version 2"), std::string::npos);
+  EXPECT_NE(r.status().message().find("protocol version 1"), std::string::npos);
 }
 
 TEST(ProtocolTest, AskIsBoundedAndConsistent) {

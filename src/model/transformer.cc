@@ -181,10 +181,73 @@ Status Transformer::load_weights(const TransformerOptions& options) {
   scaling.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
   rope_ = std::make_unique<kernels::RopeTable>(c.head_dim, c.rope_theta, c.max_position_embeddings,
                                                scaling);
+  weights_fingerprint_ = compute_weights_fingerprint();
   CRESCENT_LOG(kInfo) << "loaded " << files_.name << ": " << c.num_hidden_layers
                       << " layers, hidden " << hidden << ", vocab " << c.vocab_size << ", weights "
                       << weight_format_name() << " (" << num_weight_bytes_ / (1 << 20) << " MiB)";
   return Status::ok();
+}
+
+namespace {
+
+// FNV-1a, 64-bit: stable across hosts and builds.
+class Fingerprint {
+ public:
+  void bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      h_ = (h_ ^ p[i]) * 0x100000001b3ull;
+    }
+  }
+  void number(int64_t v) { bytes(&v, sizeof(v)); }
+  void floats(const std::vector<float>& v) {
+    number(static_cast<int64_t>(v.size()));
+    bytes(v.data(), v.size() * sizeof(float));
+  }
+  // The first and last `window` bytes: enough to tell checkpoints apart without reading
+  // gigabytes at start-up.
+  void sample(const std::byte* data, int64_t n, int64_t window = 4096) {
+    number(n);
+    if (n <= 2 * window) {
+      bytes(data, static_cast<size_t>(n));
+      return;
+    }
+    bytes(data, static_cast<size_t>(window));
+    bytes(data + n - window, static_cast<size_t>(window));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {
+  f.number(w.rows());
+  f.number(w.cols());
+  f.number(static_cast<int64_t>(w.format()));
+  const int64_t stride = w.panel_stride_bytes();
+  f.sample(w.panel(0), stride);
+  f.sample(w.panel(w.num_panels() - 1), stride);
+}
+
+}  // namespace
+
+uint64_t Transformer::compute_weights_fingerprint() const {
+  Fingerprint f;
+  for (const Layer& layer : layers_) {
+    for (const std::vector<float>* v : {&layer.input_norm, &layer.post_attention_norm,
+                                        &layer.q_norm, &layer.k_norm, &layer.qkv_bias}) {
+      f.floats(*v);
+    }
+    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      mix_matrix(f, *w);
+    }
+  }
+  f.floats(final_norm_);
+  mix_matrix(f, lm_head_);
+  f.number(static_cast<int64_t>(embed_tokens_.dtype));
+  f.sample(static_cast<const std::byte*>(embed_tokens_.data), embed_tokens_.num_bytes);
+  return f.value();
 }
 
 std::string Transformer::weight_format_name() const {

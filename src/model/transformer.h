@@ -62,6 +62,10 @@ class Transformer {
   int64_t num_weight_params() const { return num_weight_params_; }
   kernels::WeightFormat weight_format() const { return format_; }
   std::string weight_format_name() const;
+  // A 64-bit hash of the weights as loaded: every norm and bias vector whole, and the shape,
+  // format and first and last bytes of every matrix and of the embedding table. Computed once
+  // at load; two checkpoints of the same shape (or one in two weight formats) differ.
+  uint64_t weights_fingerprint() const { return weights_fingerprint_; }
 
   // Runs every sequence's tokens through the model, writing their K/V into kv_base (laid out as
   // kv_layout()) and appending the logits of each seq with needs_logits to `logits`
@@ -84,6 +88,7 @@ class Transformer {
 
   Transformer(ModelFiles files, ThreadPool& pool);
   Status load_weights(const TransformerOptions& options);
+  uint64_t compute_weights_fingerprint() const;
   void embed(std::span<const int32_t> token_ids, float* out) const;
 
   ModelFiles files_;
@@ -94,6 +99,7 @@ class Transformer {
   TensorView embed_tokens_;  // raw view into the mapped file, converted row by row
   std::unique_ptr<kernels::RopeTable> rope_;
   kernels::WeightFormat format_ = kernels::WeightFormat::kBF16;
+  uint64_t weights_fingerprint_ = 0;
   int64_t num_weight_bytes_ = 0;
   int64_t num_weight_params_ = 0;
 

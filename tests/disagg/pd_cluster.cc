@@ -79,7 +79,7 @@ int scaled(int n, int minimum) {
 std::vector<std::string> serve_args(ServeSpec* spec) {
   std::vector<std::string> args = {"serve",
                                    "--model",
-                                   ensure_test_model(spec->model_preset),
+                                   ensure_test_model(spec->model_preset, spec->model_seed),
                                    "--served-model-name",
                                    kModelName,
                                    "--host",

@@ -32,6 +32,7 @@ struct ServeSpec {
   std::string role = "both";          // both | prefill | decode
   int port = 0;                       // HTTP port (0: any free port)
   std::string model_preset = "tiny";  // `crescent make-model --preset` of the served model
+  int model_seed = 0;                 // its --seed: another seed, another checkpoint
   std::string transport = "tcp";
   double kv_transfer_timeout_s = 3;
   int bootstrap_port = 0;      // prefill: where it hosts the bootstrap server (0: pick one)

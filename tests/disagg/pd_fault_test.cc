@@ -408,6 +408,17 @@ TEST_F(PdFaultTest, CompatibilityMismatchNamesBothKvDtypes) {
   expect_blocks_back();
 }
 
+// A fine-tune has its base model's shape: only the weights fingerprint tells them apart.
+TEST_F(PdFaultTest, CompatibilityMismatchNamesTheWeights) {
+  ServeSpec decode = spec_;
+  decode.model_seed = 1;
+  start(false, &decode);
+  Reply d = direct_pair(completion(long_prompt(40, 9), 4, false));
+  expect_clear_error(d, {"weights", "another checkpoint"}, "P and D of two same-shape checkpoints",
+                     502);
+  expect_blocks_back();
+}
+
 // Parks `count` decode halves on D (their P halves are never sent), so that D has asked P and
 // waits: the state in which a P or D death hurts most. Returns the threads' replies.
 struct ParkedDecodes {

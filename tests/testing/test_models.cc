@@ -14,16 +14,18 @@ std::string crescent_binary() {
   return std::string(CRESCENT_BINARY_DIR) + "/apps/crescent";
 }
 
-std::string ensure_test_model(const std::string& preset) {
+std::string ensure_test_model(const std::string& preset, int seed) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(CRESCENT_BINARY_DIR) / "test-models";
-  const fs::path dir = root / preset;
+  const std::string name = seed == 0 ? preset : preset + "-seed" + std::to_string(seed);
+  const fs::path dir = root / name;
   if (fs::exists(dir / "config.json"))
     return dir.string();
   fs::create_directories(root);
-  const fs::path tmp = root / (preset + ".tmp." + std::to_string(::getpid()));
-  std::string cmd = crescent_binary() + " make-model --preset " + preset + " --out " +
-                    tmp.string() + " > " + tmp.string() + ".log 2>&1";
+  const fs::path tmp = root / (name + ".tmp." + std::to_string(::getpid()));
+  std::string cmd = crescent_binary() + " make-model --preset " + preset + " --seed " +
+                    std::to_string(seed) + " --out " + tmp.string() + " > " + tmp.string() +
+                    ".log 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "cannot make test model '%s': %s failed (see %s.log)\n", preset.c_str(),
                  cmd.c_str(), tmp.string().c_str());

@@ -7,9 +7,10 @@
 
 namespace crescent::testing {
 
-// Returns the directory of the model made with `crescent make-model --preset preset`.
-// Aborts the test binary with a message if the model cannot be made.
-std::string ensure_test_model(const std::string& preset);
+// Returns the directory of the model made with `crescent make-model --preset preset --seed
+// seed` (another seed: another checkpoint of the same shape). Aborts the test binary with a
+// message if the model cannot be made.
+std::string ensure_test_model(const std::string& preset, int seed = 0);
 
 // Path of the built crescent binary.
 std::string crescent_binary();
