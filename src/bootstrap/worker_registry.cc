@@ -234,7 +234,13 @@ Result<Registered> WorkerRegistry::add_dp_locked(const WorkerRegistration& r, Ti
     // The previous owner (replaced, or its lease lapsed) may still be running: fenced.
     std::string& last = last_owner_[r.dp_rank];
     if (!last.empty() && last != r.engine_id) {
-      fenced_[last] = Fence{r.engine_id, r.dp_rank, entry.epoch};
+      if (fenced_.insert_or_assign(last, Fence{r.engine_id, r.dp_rank, entry.epoch}).second) {
+        fence_order_.push_back(last);
+        if (fence_order_.size() > kMaxFences) {
+          fenced_.erase(fence_order_.front());
+          fence_order_.pop_front();
+        }
+      }
     }
     last = r.engine_id;
     dp_it = table_.find(r.dp_rank);
@@ -281,6 +287,11 @@ int WorkerRegistry::num_workers() {
   std::lock_guard<std::mutex> lock(mu_);
   expire_locked(options_.now());
   return num_workers_;
+}
+
+size_t WorkerRegistry::num_fences() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fenced_.size();
 }
 
 }  // namespace crescent::bootstrap

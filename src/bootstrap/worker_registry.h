@@ -14,6 +14,7 @@
 // after its lease lapsed) is fenced: its later registrations are refused (FailedPrecondition
 // naming the new owner and epoch) so that it stops serving.
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -61,8 +62,13 @@ class WorkerRegistry {
 
   int expected_dp_ranks() const { return options_.expected_dp_ranks; }
   int num_workers();
+  size_t num_fences();
 
   static constexpr int kMaxWorkers = 1 << 16;
+  // Fences kept: past this many the oldest is forgotten, so a bootstrap that outlives years of
+  // worker restarts does not grow. A forgotten engine that comes back still cannot take a dp
+  // rank from a live owner (AlreadyExists); it can only take one that is free again.
+  static constexpr size_t kMaxFences = 4096;
 
  private:
   struct Lease {
@@ -101,6 +107,7 @@ class WorkerRegistry {
   std::map<std::string, int> dp_of_engine_;  // GUARDED_BY(mu_)
   std::map<int, std::string> last_owner_;    // by dp rank, kept past removal; GUARDED_BY(mu_)
   std::map<std::string, Fence> fenced_;      // replaced engine ids; GUARDED_BY(mu_)
+  std::deque<std::string> fence_order_;      // fenced_'s keys, oldest first; GUARDED_BY(mu_)
   EncoderTable encoders_;                    // GUARDED_BY(mu_)
   std::map<std::string, Lease> encoder_leases_;  // GUARDED_BY(mu_)
   int num_workers_ = 0;                          // GUARDED_BY(mu_)

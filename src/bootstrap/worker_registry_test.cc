@@ -203,6 +203,33 @@ TEST_F(LeaseTest, ANewcomerReplacesAnOwnerThatDoesNotAnswerAndFencesIt) {
             StatusCode::kFailedPrecondition);
 }
 
+// Years of restarts: every one fences its predecessor, and the fences stay bounded.
+TEST_F(LeaseTest, FencesAreBoundedAndTheOldestIsForgotten) {
+  auto engine = [](int i) {
+    std::string id = std::to_string(i);
+    return id.insert(0, 1, 'e');  // not "e" + ...: GCC 12's -Wrestrict misfires on it
+  };
+  WorkerRegistry registry = make();
+  const int num_restarts = static_cast<int>(WorkerRegistry::kMaxFences) + 10;
+  for (int i = 0; i <= num_restarts; ++i) {
+    // Each engine registers the address its predecessor had, as a restart on one port does.
+    auto r = registry.add(leased(engine(i), 0, "tcp://h:1", 10));
+    ASSERT_TRUE(r.is_ok()) << i << ": " << r.status().to_string();
+  }
+  EXPECT_EQ(registry.num_fences(), WorkerRegistry::kMaxFences);
+  // The newest fences hold; the owner is untouched.
+  EXPECT_EQ(registry.add(leased(engine(num_restarts - 1), 0, "tcp://h:9", 10)).status().code(),
+            StatusCode::kFailedPrecondition);
+  // The oldest was forgotten: it is no longer fenced, but cannot take the live owner's rank.
+  alive_ = {"tcp://h:1"};
+  auto forgotten = registry.add(leased("e0", 0, "tcp://h:9", 10));
+  EXPECT_EQ(forgotten.status().code(), StatusCode::kAlreadyExists)
+      << forgotten.status().to_string();
+  auto table = registry.snapshot();
+  ASSERT_TRUE(table.is_ok());
+  EXPECT_EQ(table->at(0).engine_id, engine(num_restarts));
+}
+
 TEST_F(LeaseTest, ALiveOwnerIsKeptAndTheNewcomerRefusedNamingBoth) {
   WorkerRegistry registry = make();
   alive_ = {"tcp://h:1"};
