@@ -25,7 +25,7 @@
 #include "net/socket.h"
 #include "transfer/shared_memory.h"
 #include "transfer/transfer_engine.h"
-#include "transfer/ucx_context.h"
+#include "transfer/ucx/ucx_context.h"
 
 namespace crescent::apps {
 namespace {
