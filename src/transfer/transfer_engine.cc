@@ -68,8 +68,9 @@ class Engine final : public TransferEngine, private PieceSink {
     if (options_.name.size() > wire::kMaxNameBytes)
       return invalid_argument("name too long");
     if (options_.transport == TransportKind::kUcx) {
-      ASSIGN_OR_RETURN(
-          ucx_, UcxContext::create(options_.ucx_tls.empty() ? "tcp,sm,self" : options_.ucx_tls));
+      // Empty: UCX's own choice among every transport it finds (RDMA across hosts when
+      // there is a NIC for it), not a pinned list.
+      ASSIGN_OR_RETURN(ucx_, UcxContext::create(options_.ucx_tls));
     }
     Fd listener;
     if (options_.transport == TransportKind::kShm) {
