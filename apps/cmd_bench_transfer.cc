@@ -1,6 +1,7 @@
 // `crescent bench transfer`: measures the transfer engine between two processes on this host
 // (this one and a forked/exec'd target), and a same-run baseline for the transport: a 1-thread
-// memcpy (shm), a plain TCP socket stream on loopback (tcp), raw UCX put (ucx).
+// memcpy (shm), a plain TCP socket stream on loopback (tcp), raw UCX put (ucx); for ucx also
+// `ucx_perftest -t ucp_put_bw` between two child processes on 127.0.0.1, with and without -e.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -25,7 +27,7 @@
 #include "net/socket.h"
 #include "transfer/shared_memory.h"
 #include "transfer/transfer_engine.h"
-#include "transfer/ucx_context.h"
+#include "transfer/ucx/ucx_context.h"
 
 namespace crescent::apps {
 namespace {
@@ -80,7 +82,7 @@ int run_target(transfer::TransportKind kind, uint64_t region_bytes) {
   std::unique_ptr<transfer::UcxContext> raw;
   void* raw_memh = nullptr;  // unmapped before `raw` is destroyed (ucp_cleanup asserts otherwise)
   if (kind == transfer::TransportKind::kUcx) {
-    raw = std::move(transfer::UcxContext::create("tcp,sm,self").value());
+    raw = std::move(transfer::UcxContext::create("").value());
     auto m = raw->map(region->data(), region_bytes).value();
     raw_memh = m.memh;
     std::printf("UCXRAW %s %s %llu\n", hex(raw->worker_address()).c_str(),
@@ -176,6 +178,93 @@ Result<Target> spawn_target(const std::string& transport, uint64_t region_bytes)
     }
   }
   return t;
+}
+
+// `ucx_perftest -t ucp_put_bw` between a server and a client process on 127.0.0.1, both
+// children of this one (the yardstick for the ucx transport). Returns GB/s (1e9 B/s)
+// from the client's "overall" bandwidth (UCX prints MB/s of 2^20 bytes). `error_handling` adds
+// -e: endpoints with peer-failure handling, as the engine creates them.
+Result<double> run_ucx_perftest(int64_t op_bytes, int iterations, bool error_handling) {
+  // A free port: bound once by us, then handed to the perftest server.
+  int port = 0;
+  {
+    auto probe = net::listen_tcp("127.0.0.1", 0);
+    if (!probe.is_ok())
+      return probe.status();
+    port = net::local_port(*probe).value();
+  }
+  std::string port_s = std::to_string(port);
+  std::string size_s = std::to_string(op_bytes);
+  std::string iters_s = std::to_string(iterations);
+  auto spawn = [&](bool is_client, int out_fd) -> pid_t {
+    pid_t pid = ::fork();
+    if (pid != 0)
+      return pid;
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    ::dup2(out_fd >= 0 ? out_fd : devnull, 1);
+    ::dup2(devnull, 2);
+    std::vector<const char*> argv = {"ucx_perftest"};
+    if (is_client) {
+      for (const char* a : {"127.0.0.1", "-t", "ucp_put_bw", "-f"})
+        argv.push_back(a);
+      argv.push_back("-s");
+      argv.push_back(size_s.c_str());
+      argv.push_back("-n");
+      argv.push_back(iters_s.c_str());
+      argv.push_back("-w");
+      argv.push_back("10");
+    }
+    argv.push_back("-p");
+    argv.push_back(port_s.c_str());
+    if (error_handling)
+      argv.push_back("-e");
+    argv.push_back(nullptr);
+    ::execvp("ucx_perftest", const_cast<char**>(argv.data()));
+    ::_exit(127);
+  };
+  pid_t server = spawn(false, -1);
+  if (server < 0)
+    return internal_error("fork");
+  // The server needs a moment to listen; the client does not retry by itself.
+  std::string out;
+  int client_status = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+      break;
+    pid_t client = spawn(true, pipe_fds[1]);
+    ::close(pipe_fds[1]);
+    out.clear();
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0)
+      out.append(buf, static_cast<size_t>(n));
+    ::close(pipe_fds[0]);
+    ::waitpid(client, &client_status, 0);
+    if (WIFEXITED(client_status) && WEXITSTATUS(client_status) == 0)
+      break;
+    int server_status = 0;
+    if (::waitpid(server, &server_status, WNOHANG) == server) {
+      return unavailable("ucx_perftest server exited (status " + std::to_string(server_status) +
+                         "; is ucx_perftest installed?)");
+    }
+  }
+  ::kill(server, SIGTERM);
+  ::waitpid(server, nullptr, 0);
+  if (!WIFEXITED(client_status) || WEXITSTATUS(client_status) != 0)
+    return unavailable("ucx_perftest client failed: " + out);
+  // The final line: iterations, 3 latencies, bandwidth average and overall, 2 message rates.
+  double f[8];
+  size_t last = out.find_last_not_of(" \n");
+  size_t begin = out.rfind('\n', last == std::string::npos ? 0 : last);
+  std::string line = out.substr(begin == std::string::npos ? 0 : begin + 1);
+  if (std::sscanf(line.c_str(), "%lf %lf %lf %lf %lf %lf %lf %lf", &f[0], &f[1], &f[2], &f[3],
+                  &f[4], &f[5], &f[6], &f[7]) != 8) {
+    return data_loss("cannot parse ucx_perftest output: " + line);
+  }
+  return f[5] * 1048576.0 / 1e9;
 }
 
 void stop_target(Target& t) {
@@ -322,7 +411,7 @@ int run_bench(const std::string& transport, int64_t op_bytes, int batch, int thr
     (void)net::read_exact(fd, &ack, 1, Deadline::after_ms(30000));
   } else {
     baseline_name = "raw UCX put + flush";
-    auto ctx = transfer::UcxContext::create("tcp,sm,self").value();
+    auto ctx = transfer::UcxContext::create("").value();
     auto ep = ctx->connect(target->ucx_worker).value();
     void* rkey = ep->unpack_rkey(target->ucx_rkey).value();
     auto local = ctx->map(src.data(), src.size()).value();
@@ -350,6 +439,18 @@ int run_bench(const std::string& transport, int64_t op_bytes, int batch, int thr
   baseline = base_bytes / seconds_since(b0) / 1e9;
   stop_target(*target);
 
+  // ucx: the same message size through ucx_perftest, as UCX runs it by default (its own
+  // transport choice, memory it allocates itself) and with peer-failure handling (-e).
+  Result<double> perftest = unavailable("not run");
+  Result<double> perftest_e = unavailable("not run");
+  if (*kind == transfer::TransportKind::kUcx) {
+    perftest = run_ucx_perftest(op_bytes, 1000, false);
+    // Sized from the engine's rate, so that a tcp-bound run stays near --seconds.
+    int iters_e = static_cast<int>(
+        std::clamp(m.gbps * 1e9 * secs / static_cast<double>(op_bytes), 10.0, 1000.0));
+    perftest_e = run_ucx_perftest(op_bytes, iters_e, true);
+  }
+
   std::printf("bench transfer: transport=%s op_size=%lld B batch=%d threads=%d (%s)\n",
               transport.c_str(), static_cast<long long>(op_bytes), batch, threads,
               "two processes, WRITE, non-adjacent ops");
@@ -357,6 +458,19 @@ int run_bench(const std::string& transport, int64_t op_bytes, int batch, int thr
               m.gbps, m.p50_ms, m.p99_ms, static_cast<long long>(m.num_batches));
   std::printf("  baseline: %8.2f GB/s   %s, same run\n", baseline, baseline_name.c_str());
   std::printf("  ratio:    %8.2f\n", baseline > 0 ? m.gbps / baseline : 0.0);
+  if (*kind == transfer::TransportKind::kUcx) {
+    auto report = [&](const char* what, const Result<double>& r) {
+      if (r.is_ok()) {
+        std::printf("  %s %8.2f GB/s   ratio %.2f\n", what, *r, *r > 0 ? m.gbps / *r : 0.0);
+      } else {
+        std::printf("  %s not measured: %s\n", what, r.status().to_string().c_str());
+      }
+    };
+    std::printf("  ucx_perftest -t ucp_put_bw -s %lld on 127.0.0.1, same run:\n",
+                static_cast<long long>(op_bytes));
+    report("  default:                      ", perftest);
+    report("  -e (peer-failure handling):   ", perftest_e);
+  }
   return 0;
 }
 
@@ -373,7 +487,9 @@ int bench_transfer(const std::vector<std::string>& args) {
       "crescent bench transfer --transport shm|tcp|ucx [--op-size BYTES] [--batch N] "
       "[--threads N]",
       "Measures the transfer engine between this process and a target process it "
-      "starts, against a same-run baseline for the transport.");
+      "starts, against a same-run baseline for the transport (ucx: raw UCX put, and "
+      "ucx_perftest -t ucp_put_bw with the same message size between two child processes "
+      "on 127.0.0.1, by default and with -e, peer-failure handling as the engine uses).");
   flags.add("transport", &transport, "shm, tcp or ucx");
   flags.add("op-size", &op_bytes, "bytes per op");
   flags.add("batch", &batch, "ops per batch");

@@ -106,7 +106,9 @@ struct EngineOptions {
   int num_copy_threads = 1;                      // shm: threads that copy one batch
   std::chrono::milliseconds io_timeout{10'000};  // a started frame must finish within this
   NotificationCallback on_notification;
-  std::string ucx_tls;  // UCX_TLS for this engine when the environment sets none
+  // UCX_TLS for this engine when the environment sets none; empty: UCX picks among all the
+  // transports it finds (rc/dc/ud verbs across hosts, sm/cma/tcp on one host).
+  std::string ucx_tls;
 };
 
 // A peer's region mapped read-only into this process (shm only; view_region()). The mapping

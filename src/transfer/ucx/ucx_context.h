@@ -34,7 +34,8 @@ class UcxEndpoint;
 
 class UcxContext {
  public:
-  // tls: the UCX_TLS value used when the environment sets none (e.g. "tcp,sm,self").
+  // tls: the UCX_TLS value used when the environment sets none (e.g. "tcp,sm,self"); empty:
+  // UCX's default, every transport it finds.
   static Result<std::unique_ptr<UcxContext>> create(const std::string& tls);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;

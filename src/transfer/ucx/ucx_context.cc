@@ -1,4 +1,4 @@
-#include "transfer/ucx_context.h"
+#include "transfer/ucx/ucx_context.h"
 
 #if CRESCENT_HAVE_UCX
 #include <ucp/api/ucp.h>
