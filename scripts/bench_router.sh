@@ -105,6 +105,15 @@ for router in round_robin kv_aware; do
     --label "$router" --save-result "$result" > "$run_dir/$router-bench.log" 2>&1 ||
     { cat "$run_dir/$router-bench.log" >&2; exit 1; }
   grep -E "Successful|Failed|Mean TTFT|Median TTFT|P99 TTFT" "$run_dir/$router-bench.log" || true
+  echo "   proxy: $(curl -s "http://127.0.0.1:$pport/metrics" |
+    grep -E '^crescent_proxy_router_(decisions_total|matched_blocks_total|prompt_blocks_total)' |
+    tr '\n' ' ')"
+  for p in 0 1; do
+    port=$(port_in "$run_dir/$router-prefill$p.log" "listening on http://127.0.0.1:")
+    echo "   prefill$p: $(curl -s "http://127.0.0.1:$port/metrics" |
+      grep -E '^crescent_(prefix_cache_hits_total|prompt_tokens_total)' | sed 's/{[^}]*}//' |
+      tr '\n' ' ')"
+  done
   mean_ttft[$router]=$(jq -r .mean_ttft_ms "$result")
   failed=$(jq -r .failed "$result" 2>/dev/null || echo 0)
   [[ "$failed" == 0 || "$failed" == null ]] || { echo "bench_router: $failed requests failed" >&2; exit 1; }

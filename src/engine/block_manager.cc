@@ -9,12 +9,6 @@
 namespace crescent::engine {
 namespace {
 
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
-  z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return z ^ (z >> 33);
-}
-
 Status violation(const std::string& what) {
   return internal_error("block manager invariant: " + what);
 }
@@ -47,7 +41,7 @@ uint64_t BlockManager::block_mm_key(const Sequence& seq, int block_index) const 
   for (const MmPlaceholder& p : seq.mm_placeholders) {
     if (p.offset < end && p.offset + p.num_tokens > begin) {
       // Which part of the image the block holds matters too (a block inside an image run).
-      key = mix64(key ^ p.key ^ static_cast<uint64_t>(begin - p.offset + (1LL << 40)));
+      key = mix_hash64(key ^ p.key ^ static_cast<uint64_t>(begin - p.offset + (1LL << 40)));
     }
   }
   return key;

@@ -3,24 +3,21 @@
 #include "core/check.h"
 
 namespace crescent::engine {
-namespace {
 
-uint64_t mix64(uint64_t z) {
+uint64_t mix_hash64(uint64_t z) {
   z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
   z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
   return z ^ (z >> 33);
 }
 
-}  // namespace
-
 uint64_t hash_token_block(uint64_t parent_hash, std::span<const int32_t> token_ids,
                           uint64_t mm_key) {
-  uint64_t h = mix64(parent_hash ^ 0x6a09e667f3bcc908ULL);
+  uint64_t h = mix_hash64(parent_hash ^ 0x6a09e667f3bcc908ULL);
   for (int32_t t : token_ids) {
-    h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) * 0x9e3779b97f4a7c15ULL));
+    h = mix_hash64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) * 0x9e3779b97f4a7c15ULL));
   }
   if (mm_key != 0) {
-    h = mix64(h ^ mm_key ^ 0xbb67ae8584caa73bULL);
+    h = mix_hash64(h ^ mm_key ^ 0xbb67ae8584caa73bULL);
   }
   return h;
 }

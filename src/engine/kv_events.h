@@ -22,6 +22,8 @@
 
 namespace crescent::engine {
 
+// The 64-bit finalizer (MurmurHash3's fmix64) the chain is built from.
+uint64_t mix_hash64(uint64_t z);
 uint64_t hash_token_block(uint64_t parent_hash, std::span<const int32_t> token_ids,
                           uint64_t mm_key);
 // The chained hashes of the leading full blocks of a text-only prompt (num_tokens / block_size

@@ -3,27 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 #include <vector>
-
-#include "engine/block_manager.h"
 
 namespace crescent::engine {
 namespace {
-
-Sequence make_seq(const std::string& id, std::vector<int32_t> tokens) {
-  Sequence s;
-  s.request_id = id;
-  s.num_prompt_tokens = static_cast<int>(tokens.size());
-  s.token_ids = std::move(tokens);
-  return s;
-}
-
-std::vector<int32_t> iota_tokens(int n, int32_t start) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
 
 TEST(KvEventLogTest, FirstReadIsASnapshotThenIncrementalEvents) {
   KvEventLog log("e1", 4, 8);
@@ -66,34 +49,6 @@ TEST(KvEventLogTest, ResetsWhenTheReaderFellOffTheRingOrTheEngineChanged) {
   EXPECT_EQ(other.events[0].hashes, (std::vector<uint64_t>{9}));  // cleared dropped the rest
   EXPECT_TRUE(log.read_since("e2", 99).reset);                    // ahead of the log
   EXPECT_EQ(log.num_held(), 1u);
-}
-
-TEST(KvEventLogTest, BlockManagerReportsStoredAndEvictedHashesOfTheSameChain) {
-  KvEventLog log("e3", 4, 64);
-  BlockManager bm(3, 4, true);
-  bm.set_event_log(&log);
-  Sequence a = make_seq("a", iota_tokens(9, 0));  // 2 full blocks + 1 token
-  ASSERT_TRUE(bm.can_allocate_for_prompt(a));
-  bm.allocate_for_prompt(a);
-  a.num_computed_tokens = a.num_tokens();
-  bm.commit_computed(a);
-  KvEventsPage page = log.read_since("e3", 0);
-  ASSERT_EQ(page.events.size(), 1u);
-  EXPECT_EQ(page.events[0].hashes, prefix_block_hashes(a.token_ids, 4));
-  EXPECT_EQ(prefix_block_hashes(a.token_ids, 4), a.block_hashes);
-  bm.free(a);
-
-  // A different prompt needs all 3 blocks: both cached ones are evicted.
-  Sequence b = make_seq("b", iota_tokens(12, 100));
-  ASSERT_TRUE(bm.can_allocate_for_prompt(b));
-  bm.allocate_for_prompt(b);
-  KvEventsPage after = log.read_since("e3", page.seq);
-  ASSERT_EQ(after.events.size(), 2u);
-  for (const KvEvent& e : after.events) {
-    EXPECT_EQ(e.type, KvEventType::kRemoved);
-  }
-  EXPECT_EQ(log.num_held(), 0u);
-  bm.free(b);
 }
 
 }  // namespace
