@@ -10,17 +10,20 @@
 #
 # usage: scripts/bench_router.sh [BUILD_DIR]        (default build/release)
 # env: ROUTER_MODEL (a model directory; default: make-model --preset small into the run dir),
-#      ROUTER_NUM_PROMPTS (64), ROUTER_RATE (requests/s, 4), ROUTER_PREFIX_LEN (512),
-#      ROUTER_NUM_PREFIXES (6), ROUTER_INPUT_LEN (16), ROUTER_OUTPUT_LEN (4),
-#      ROUTER_KV_CACHE_MB (per server, 64), ROUTER_SEED (0), ROUTER_RUN_DIR (a temp dir)
+#      ROUTER_NUM_PROMPTS (96), ROUTER_RATE (requests/s, 6), ROUTER_PREFIX_LEN (512),
+#      ROUTER_NUM_PREFIXES (12), ROUTER_INPUT_LEN (16), ROUTER_OUTPUT_LEN (4),
+#      ROUTER_KV_CACHE_MB (per prefill, 8: 256 blocks of the small model, room for about 7 of the
+#      12 prefixes, so that round-robin, which sends every prefix to both, keeps evicting them
+#      while kv_aware splits them between the two), ROUTER_MAX_MODEL_LEN (1024),
+#      ROUTER_SEED (0), ROUTER_RUN_DIR (a temp dir)
 set -euo pipefail
 
 build_dir="${1:-build/release}"
 bin="$build_dir/apps/crescent"
 [[ -x "$bin" ]] || { echo "bench_router: no $bin (build the crescent target)" >&2; exit 1; }
-: "${ROUTER_NUM_PROMPTS:=64}" "${ROUTER_RATE:=4}" "${ROUTER_PREFIX_LEN:=512}"
-: "${ROUTER_NUM_PREFIXES:=6}" "${ROUTER_INPUT_LEN:=16}" "${ROUTER_OUTPUT_LEN:=4}"
-: "${ROUTER_KV_CACHE_MB:=64}" "${ROUTER_SEED:=0}"
+: "${ROUTER_NUM_PROMPTS:=96}" "${ROUTER_RATE:=6}" "${ROUTER_PREFIX_LEN:=512}"
+: "${ROUTER_NUM_PREFIXES:=12}" "${ROUTER_INPUT_LEN:=16}" "${ROUTER_OUTPUT_LEN:=4}"
+: "${ROUTER_KV_CACHE_MB:=8}" "${ROUTER_MAX_MODEL_LEN:=1024}" "${ROUTER_SEED:=0}"
 run_dir="${ROUTER_RUN_DIR:-$(mktemp -d /tmp/crescent-bench-router.XXXXXX)}"
 mkdir -p "$run_dir"
 model="${ROUTER_MODEL:-}"
@@ -70,17 +73,19 @@ wait_healthy() {
 }
 
 serve_args=(serve --model "$model" --served-model-name small --host 127.0.0.1 --port 0
-            --io-threads 1 --threads 1 --kv-cache-mb "$ROUTER_KV_CACHE_MB")
+            --io-threads 1 --threads 1)
 declare -A mean_ttft=()
 for router in round_robin kv_aware; do
   echo "== $router: 2 prefill + 1 decode + proxy --router $router"
   urls=()
   for p in 0 1; do
     log="$run_dir/$router-prefill$p.log"
-    "$bin" "${serve_args[@]}" --role prefill --bootstrap-port 0 > "$log" 2>&1 &
+    "$bin" "${serve_args[@]}" --role prefill --bootstrap-port 0 \
+      --kv-cache-mb "$ROUTER_KV_CACHE_MB" --max-model-len "$ROUTER_MAX_MODEL_LEN" > "$log" 2>&1 &
     pids+=($!)
   done
-  "$bin" "${serve_args[@]}" --role decode > "$run_dir/$router-decode.log" 2>&1 &
+  "$bin" "${serve_args[@]}" --role decode --kv-cache-mb 64 \
+    --max-model-len "$ROUTER_MAX_MODEL_LEN" > "$run_dir/$router-decode.log" 2>&1 &
   pids+=($!)
   for p in 0 1; do
     log="$run_dir/$router-prefill$p.log"
