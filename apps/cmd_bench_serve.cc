@@ -137,7 +137,8 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
       "crescent bench serve --model DIR [--base-url URL | --host H --port P] "
       "[--endpoint /v1/completions|/v1/chat/completions] --dataset-name random|random-mm|sharegpt "
       "[--dataset-path FILE] [--random-input-len N] [--random-output-len N] "
-      "[--random-range-ratio R] [--random-prefix-len N] [--random-mm-base-items-per-request N] "
+      "[--random-range-ratio R] [--random-prefix-len N] [--random-num-prefixes N] "
+      "[--random-mm-base-items-per-request N] "
       "[--random-mm-num-mm-items-range-ratio R] [--random-mm-limit-mm-per-prompt JSON] "
       "[--random-mm-bucket-config DICT] [--num-prompts N] [--request-rate R|inf] "
       "[--burstiness B] [--max-concurrency N] [--seed S] [--ignore-eos] "
@@ -172,6 +173,9 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
             "lengths uniform in [len*(1-R), len*(1+R)], R in [0, 1)");
   flags.add("random-prefix-len", &o.random_prefix_len,
             "random tokens shared by every prompt, before its own");
+  flags.add("random-num-prefixes", &o.random_num_prefixes,
+            "crescent: N different --random-prefix-len prefixes, each prompt starting with one "
+            "picked at random (a prefix-repetition workload, as vLLM's prefix_repetition)");
   flags.add("random-mm-base-items-per-request", &o.random_mm_base_items_per_request,
             "random-mm: base number of images per request");
   flags.add(

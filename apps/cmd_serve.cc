@@ -139,7 +139,9 @@ int run_serve(const std::vector<std::string>& args) {
       "[--chat-template FILE|STRING] [--enable-auto-tool-choice --tool-call-parser "
       "hermes|llama3_json] [--api-key KEY]",
       "Serves one model over the OpenAI HTTP API: /v1/completions, /v1/chat/completions,\n"
-      "/v1/models, /health (503 until loaded), /metrics (Prometheus). SIGTERM or SIGINT stop\n"
+      "/v1/models[/{id}], /tokenize, /detokenize (vLLM's), /v1/kv_events (the prefix cache's\n"
+      "stored/evicted block hashes, for `crescent proxy --router kv_aware`), /health (503 until\n"
+      "loaded), /metrics (Prometheus). SIGTERM or SIGINT stop\n"
       "accepting, let requests finish for --drain-timeout-s, abort the rest and exit 0.\n"
       "\n"
       "Security: the server listens on 127.0.0.1 unless --host says otherwise. --api-key (or\n"

@@ -135,6 +135,7 @@ Result<std::vector<SampleRequest>> make_prompts(const BenchServeOptions& o,
     r.output_len = o.random_output_len;
     r.range_ratio = o.random_range_ratio;
     r.prefix_len = o.random_prefix_len;
+    r.num_prefixes = o.random_num_prefixes;
     r.seed = o.seed;
     return sample_random(tokenizer, o.num_prompts, r);
   }
@@ -261,6 +262,10 @@ Status validate(const BenchServeOptions& o) {
   } else {
     return invalid_argument("--dataset-name must be random, random-mm or sharegpt, got '" +
                             o.dataset_name + "'");
+  }
+  if (o.random_num_prefixes != 1 && (o.dataset_name == "sharegpt" || o.random_prefix_len == 0)) {
+    return invalid_argument(
+        "--random-num-prefixes needs --random-prefix-len > 0 and a random dataset");
   }
   if (o.dataset_name == "random-mm") {
     if (!ends_with(o.endpoint, "/chat/completions")) {

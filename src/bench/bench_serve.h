@@ -37,6 +37,7 @@ struct BenchServeOptions {
   int64_t random_output_len = 128;
   double random_range_ratio = 0;
   int64_t random_prefix_len = 0;
+  int64_t random_num_prefixes = 1;  // distinct --random-prefix-len prefixes
   int64_t sharegpt_output_len = -1;
   // random-mm (vLLM's flags): the random prompts plus images, chat endpoint only.
   int64_t random_mm_base_items_per_request = 1;

@@ -80,6 +80,10 @@ Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokeniz
       1, static_cast<int64_t>(std::floor(static_cast<double>(options.output_len) * (1 - r))));
   auto output_high = std::max<int64_t>(
       1, static_cast<int64_t>(std::ceil(static_cast<double>(options.output_len) * (1 + r))));
+  if (options.num_prefixes < 1) {
+    return invalid_argument("--random-num-prefixes must be >= 1, got " +
+                            std::to_string(options.num_prefixes));
+  }
   if (options.prefix_len + input_low < 1) {
     return invalid_argument(
         "--random-input-len is too small: with " + std::to_string(num_special) +
@@ -121,12 +125,28 @@ Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokeniz
   for (int64_t i = 0; i < num_requests; ++i) {
     offsets.push_back(uniform(rng, 0, vocab_size - 1));
   }
+  // More prefixes, and which one each prompt takes, are drawn after everything above: with
+  // one prefix the prompts stay those of earlier versions for the same seed.
+  std::vector<std::vector<int32_t>> prefixes = {prefix};
+  std::vector<size_t> prefix_of(static_cast<size_t>(num_requests), 0);
+  if (options.num_prefixes > 1) {
+    for (int64_t p = 1; p < options.num_prefixes; ++p) {
+      std::vector<int32_t> more;
+      for (int64_t k = 0; k < options.prefix_len; ++k) {
+        more.push_back(allowed[static_cast<size_t>(uniform(rng, 0, num_allowed - 1))]);
+      }
+      prefixes.push_back(std::move(more));
+    }
+    for (size_t& p : prefix_of) {
+      p = static_cast<size_t>(uniform(rng, 0, options.num_prefixes - 1));
+    }
+  }
 
   std::vector<SampleRequest> requests;
   requests.reserve(static_cast<size_t>(num_requests));
   for (int64_t i = 0; i < num_requests; ++i) {
     auto index = static_cast<size_t>(i);
-    std::vector<int32_t> ids = prefix;
+    std::vector<int32_t> ids = prefixes[prefix_of[index]];
     for (int64_t k = 0; k < input_lens[index]; ++k) {
       ids.push_back(allowed[static_cast<size_t>((offsets[index] + i + k) % num_allowed)]);
     }

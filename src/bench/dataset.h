@@ -48,6 +48,9 @@ struct RandomDatasetOptions {
   int64_t output_len = 128;
   double range_ratio = 0;  // in [0, 1)
   int64_t prefix_len = 0;
+  // Different random prefixes of prefix_len tokens; each prompt starts with one picked at
+  // random (a prefix-repetition workload, as vLLM's prefix_repetition dataset). 1: one for all.
+  int64_t num_prefixes = 1;
   uint64_t seed = 0;
 };
 

@@ -95,6 +95,25 @@ TEST(RandomDatasetTest, SharedPrefixAndSeed) {
   EXPECT_NE((*a)[0].prompt, (*c)[0].prompt);
 }
 
+TEST(RandomDatasetTest, SeveralPrefixesEachRepeated) {
+  RandomDatasetOptions o;
+  o.input_len = 6;
+  o.output_len = 2;
+  o.prefix_len = 24;
+  o.num_prefixes = 3;
+  o.seed = 1;
+  auto r = sample_random(tokenizer(), 30, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  // Prompts group by their first characters: 3 groups (each prefix's decoding starts alike).
+  std::set<std::string> heads;
+  for (const SampleRequest& s : *r) {
+    heads.insert(s.prompt.substr(0, 12));
+  }
+  EXPECT_EQ(heads.size(), 3u);
+  o.num_prefixes = 0;
+  EXPECT_FALSE(sample_random(tokenizer(), 1, o).is_ok());
+}
+
 TEST(RandomDatasetTest, RefusesBadLengths) {
   RandomDatasetOptions o;
   o.range_ratio = 1.0;

@@ -4,15 +4,10 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "engine/kv_events.h"
 
 namespace crescent::engine {
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
-  z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return z ^ (z >> 33);
-}
 
 Status violation(const std::string& what) {
   return internal_error("block manager invariant: " + what);
@@ -36,14 +31,7 @@ int BlockManager::num_free_blocks() const {
 
 uint64_t BlockManager::hash_block(uint64_t parent_hash, std::span<const int32_t> token_ids,
                                   uint64_t mm_key) {
-  uint64_t h = mix64(parent_hash ^ 0x6a09e667f3bcc908ULL);
-  for (int32_t t : token_ids) {
-    h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) * 0x9e3779b97f4a7c15ULL));
-  }
-  if (mm_key != 0) {
-    h = mix64(h ^ mm_key ^ 0xbb67ae8584caa73bULL);
-  }
-  return h;
+  return hash_token_block(parent_hash, token_ids, mm_key);
 }
 
 uint64_t BlockManager::block_mm_key(const Sequence& seq, int block_index) const {
@@ -53,7 +41,7 @@ uint64_t BlockManager::block_mm_key(const Sequence& seq, int block_index) const 
   for (const MmPlaceholder& p : seq.mm_placeholders) {
     if (p.offset < end && p.offset + p.num_tokens > begin) {
       // Which part of the image the block holds matters too (a block inside an image run).
-      key = mix64(key ^ p.key ^ static_cast<uint64_t>(begin - p.offset + (1LL << 40)));
+      key = mix_hash64(key ^ p.key ^ static_cast<uint64_t>(begin - p.offset + (1LL << 40)));
     }
   }
   return key;
@@ -115,6 +103,9 @@ BlockId BlockManager::take_free_block() {
     free_cached_lru_.pop_front();
     block.in_lru = false;
     cached_blocks_.erase(block.hash);  // evict
+    if (event_log_ != nullptr) {
+      event_log_->record_removed(block.hash);
+    }
     block.has_hash = false;
     block.token_ids.clear();
   }
@@ -173,6 +164,7 @@ void BlockManager::commit_computed(Sequence& seq) {
   }
   const int num_full = seq.num_computed_tokens / block_size_;
   CRESCENT_CHECK_LE(num_full, static_cast<int>(seq.block_table.size()));
+  std::vector<uint64_t> stored;
   for (int i = static_cast<int>(seq.block_hashes.size()); i < num_full; ++i) {
     const uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
     std::span<const int32_t> tokens = block_tokens(seq, i);
@@ -189,6 +181,10 @@ void BlockManager::commit_computed(Sequence& seq) {
     block.token_ids.assign(tokens.begin(), tokens.end());
     block.mm_key = mm_key;
     cached_blocks_.emplace(h, seq.block_table[i]);
+    stored.push_back(h);
+  }
+  if (event_log_ != nullptr) {
+    event_log_->record_stored(std::move(stored));
   }
 }
 

@@ -20,6 +20,8 @@
 
 namespace crescent::engine {
 
+class KvEventLog;
+
 struct BlockIdTag {};
 using BlockId = StrongId<BlockIdTag, int32_t>;
 
@@ -62,6 +64,10 @@ class BlockManager {
   // head) and clears its table, hashes and num_computed_tokens.
   void free(Sequence& seq);
 
+  // Where stored and evicted prefix-cache hashes are reported (kv_events.h); null: nowhere.
+  // The log must outlive this object.
+  void set_event_log(KvEventLog* log) { event_log_ = log; }
+
   int ref_count(BlockId id) const { return blocks_[id.value()].ref_count; }
   BlockManagerStats stats() const;
 
@@ -100,6 +106,7 @@ class BlockManager {
   std::list<int32_t> free_cached_lru_;  // free cached blocks, least recently used first
   std::unordered_map<uint64_t, int32_t> cached_blocks_;  // hash -> block
   int num_used_blocks_ = 0;
+  KvEventLog* event_log_ = nullptr;
   int64_t prefix_cache_queries_tokens_ = 0;
   int64_t prefix_cache_hits_tokens_ = 0;
 };

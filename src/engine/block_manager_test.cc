@@ -5,6 +5,8 @@
 #include <numeric>
 #include <vector>
 
+#include "engine/kv_events.h"
+
 namespace crescent::engine {
 namespace {
 
@@ -178,4 +180,32 @@ TEST(BlockManagerTest, InvariantCheckCatchesAForgottenReference) {
 }
 
 }  // namespace
+TEST(BlockManagerTest, ReportsStoredAndEvictedHashesOfTheSameChain) {
+  KvEventLog log("e3", 4, 64);
+  BlockManager bm(3, 4, true);
+  bm.set_event_log(&log);
+  Sequence a = make_seq("a", iota_tokens(9));  // 2 full blocks + 1 token
+  ASSERT_TRUE(bm.can_allocate_for_prompt(a));
+  bm.allocate_for_prompt(a);
+  a.num_computed_tokens = a.num_tokens();
+  bm.commit_computed(a);
+  KvEventsPage page = log.read_since("e3", 0);
+  ASSERT_EQ(page.events.size(), 1u);
+  EXPECT_EQ(page.events[0].hashes, prefix_block_hashes(a.token_ids, 4));
+  EXPECT_EQ(prefix_block_hashes(a.token_ids, 4), a.block_hashes);
+  bm.free(a);
+
+  // A different prompt needs all 3 blocks: both cached ones are evicted.
+  Sequence b = make_seq("b", iota_tokens(12, 100));
+  ASSERT_TRUE(bm.can_allocate_for_prompt(b));
+  bm.allocate_for_prompt(b);
+  KvEventsPage after = log.read_since("e3", page.seq);
+  ASSERT_EQ(after.events.size(), 2u);
+  for (const KvEvent& e : after.events) {
+    EXPECT_EQ(e.type, KvEventType::kRemoved);
+  }
+  EXPECT_EQ(log.num_held(), 0u);
+  bm.free(b);
+}
+
 }  // namespace crescent::engine

@@ -82,12 +82,14 @@ Engine::Engine(EngineOptions options, ModelRunner* runner)
       runner_(runner),
       kv_connector_(options_.kv_connector),
       vocab_size_(runner->vocab_size()),
+      kv_event_log_(std::make_shared<KvEventLog>("engine-" + random_uuid(), runner->block_size())),
       block_manager_(runner->num_kv_blocks(), runner->block_size(), options_.enable_prefix_caching),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens}, &block_manager_),
       encoder_cache_(options_.encoder_cache_tokens) {
   Status valid = validate_options(options_, *runner);
   CRESCENT_CHECK(valid.is_ok()) << valid.to_string();
   options_.max_model_len = resolved_max_model_len(options_, *runner);
+  block_manager_.set_event_log(kv_event_log_.get());
 }
 
 Engine::~Engine() = default;

@@ -20,6 +20,7 @@
 #include "engine/encoder_cache.h"
 #include "engine/encoder_runner.h"
 #include "engine/kv_connector.h"
+#include "engine/kv_events.h"
 #include "engine/model_runner.h"
 #include "engine/multimodal.h"
 #include "engine/sampler.h"
@@ -146,6 +147,9 @@ class Engine {
   // for a cancelled fetch (calling cancel() for the held ones) as if the events had come.
   void drop_remote_holds();
   EngineStats stats() const;
+  // The prefix cache's stored/evicted hashes (kv_events.h), readable from any thread; its
+  // engine id is new for every Engine.
+  std::shared_ptr<const KvEventLog> kv_event_log() const { return kv_event_log_; }
   const EngineOptions& options() const { return options_; }
   Status check_invariants() const;  // for tests
 
@@ -206,6 +210,7 @@ class Engine {
   ModelRunner* runner_;
   KvConnector* kv_connector_;  // options_.kv_connector
   int32_t vocab_size_;
+  std::shared_ptr<KvEventLog> kv_event_log_;  // before block_manager_, which records into it
   BlockManager block_manager_;
   Scheduler scheduler_;
   Sampler sampler_;

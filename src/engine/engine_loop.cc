@@ -14,6 +14,7 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options
   CRESCENT_CHECK(options_.kv_poll_interval_ms > 0 && options_.shutdown_kv_wait_ms >= 0)
       << "bad EngineLoop options";
   stats_ = engine_->stats();
+  kv_event_log_ = engine_->kv_event_log();
   if (KvConnector* connector = engine_->options().kv_connector) {
     kv_waker_ = std::make_shared<KvWaker>();
     kv_waker_->loop = this;

@@ -51,6 +51,8 @@ class EngineLoop {
   void abort(const std::string& request_id);
   // A snapshot, refreshed after every step.
   EngineStats stats() const;
+  // The engine's KV event log (Engine::kv_event_log), readable from any thread.
+  std::shared_ptr<const KvEventLog> kv_event_log() const { return kv_event_log_; }
   // Aborts what remains (each gets its kAbort output), waits (bounded) for the KV connector
   // to give back blocks a peer may still use, stops and joins the thread. Idempotent.
   void shutdown();
@@ -73,7 +75,8 @@ class EngineLoop {
   void wake_for_connector();
 
   EngineLoopOptions options_;
-  std::unique_ptr<Engine> engine_;  // used only on thread_ once started
+  std::unique_ptr<Engine> engine_;                  // used only on thread_ once started
+  std::shared_ptr<const KvEventLog> kv_event_log_;  // engine_'s
   std::shared_ptr<KvWaker> kv_waker_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

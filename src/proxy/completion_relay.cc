@@ -1,5 +1,6 @@
 #include "proxy/completion_relay.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/logging.h"
@@ -26,6 +27,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     if (!finished_) {  // only when the upstream client shut down under it
       metrics_->add_in_flight(-1);
     }
+    end_prefill();
     if (plan_.on_released) {
       plan_.on_released();
     }
@@ -137,7 +139,14 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
     }
   }
 
+  void end_prefill() {
+    if (plan_.on_prefill_ended && !prefill_ended_.exchange(true)) {
+      plan_.on_prefill_ended();
+    }
+  }
+
   void on_prefill_done(Status status) {
+    end_prefill();
     std::lock_guard<std::mutex> lock(mu_);
     prefill_call_.reset();
     if (status.is_ok() && is_success(prefill_status_)) {
@@ -285,6 +294,7 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
   std::shared_ptr<UpstreamCall> prefill_call_;  // guarded by mu_; null once ended
   std::shared_ptr<UpstreamCall> decode_call_;   // guarded by mu_; null once ended
   bool finished_ = false;                       // guarded by mu_: the client's answer is done
+  std::atomic<bool> prefill_ended_{false};      // on_prefill_ended ran
   bool client_stream_started_ = false;          // guarded by mu_
   int prefill_status_ = 0;                      // guarded by mu_
   std::string prefill_body_;                    // guarded by mu_; kept only for an error

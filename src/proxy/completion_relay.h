@@ -40,6 +40,9 @@ struct RelayPlan {
   uint64_t max_buffered_response_bytes = 64ull << 20;
   // Runs when both upstream calls have ended (the caller frees the request id there).
   std::function<void()> on_released;
+  // Runs once when the prefill call has ended, however (at the latest with on_released): the
+  // kv_aware router counts prefill load with it.
+  std::function<void()> on_prefill_ended;
   // Runs when the decode call got no answer at all (refused, reset or timed out connecting,
   // closed before a status line): the caller takes that server out of rotation.
   std::function<void(const Status& why)> on_decode_unreachable;

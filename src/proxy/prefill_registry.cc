@@ -153,6 +153,9 @@ void PrefillRegistry::poll_loop(int index) {
           CRESCENT_LOG(kInfo) << "proxy: prefill " << spec.server.url << " is up again";
         }
         changed = !e.is_ready || !e.is_up || ids != e.engine_ids;
+        if (e.is_ready && ids != e.engine_ids && on_lost_) {
+          on_lost_(index);  // restarted: what it held is gone
+        }
         e.is_ready = true;
         e.is_up = true;
         e.engine_ids = std::move(ids);
@@ -164,6 +167,9 @@ void PrefillRegistry::poll_loop(int index) {
           CRESCENT_LOG(kInfo) << "proxy: waiting for " << failure;
         }
         changed = e.is_up;
+        if (e.is_up && on_lost_) {
+          on_lost_(index);
+        }
         e.is_up = false;
         e.waiting_for = failure;
       }
@@ -228,6 +234,11 @@ std::optional<PrefillPick> PrefillRegistry::next() {
   return table_[next_pick_++ % table_.size()];
 }
 
+std::vector<PrefillPick> PrefillRegistry::picks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_;
+}
+
 void PrefillRegistry::report_unreachable(int index, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entries_.at(static_cast<size_t>(index));
@@ -237,6 +248,9 @@ void PrefillRegistry::report_unreachable(int index, const std::string& why) {
   e.is_up = false;
   e.waiting_for = "prefill " + e.spec.server.url + " (" + why + ")";
   CRESCENT_LOG(kWarn) << "proxy: prefill is down: " << e.waiting_for;
+  if (on_lost_) {
+    on_lost_(index);
+  }
   rebuild_table_locked();
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -55,6 +56,10 @@ class PrefillRegistry {
   PrefillRegistry(const PrefillRegistry&) = delete;
   PrefillRegistry& operator=(const PrefillRegistry&) = delete;
 
+  // Called (under the registry's lock: it must not call back) with the index of a ready prefill
+  // that went down (poll failed, report_unreachable) or came back with new engine ids. Set
+  // before start().
+  void set_on_lost(std::function<void(int index)> on_lost) { on_lost_ = std::move(on_lost); }
   // Starts the pollers. Call once.
   void start();
   // Stops and joins the pollers (each wakes at once; an HTTP call in progress ends within
@@ -67,6 +72,8 @@ class PrefillRegistry {
   // The next (prefill, dp rank) pair, round-robin in order over the prefills that are up;
   // nullopt while not every prefill is ready.
   std::optional<PrefillPick> next();
+  // Every (prefill, dp rank) pair next() rotates over now; empty while not ready.
+  std::vector<PrefillPick> picks() const;
   std::vector<PrefillStatus> statuses() const;
   // A call to prefill `index` got no answer at all (refused, reset, connect timeout): it is
   // down at once, as if its poll had failed, until its next poll (refresh interval) answers.
@@ -95,6 +102,7 @@ class PrefillRegistry {
   uint64_t next_pick_ = 0;          // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   std::vector<std::thread> threads_;
+  std::function<void(int index)> on_lost_;
 };
 
 }  // namespace crescent::proxy

@@ -44,6 +44,17 @@ void ProxyMetrics::count_encoder_affinity() {
   ++encoder_affinity_;
 }
 
+void ProxyMetrics::count_router_decision(const std::string& router, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++router_decisions_[{router, reason}];
+}
+
+void ProxyMetrics::count_router_blocks(int matched, int prompt_blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  router_matched_blocks_ += static_cast<uint64_t>(matched);
+  router_prompt_blocks_ += static_cast<uint64_t>(prompt_blocks);
+}
+
 void ProxyMetrics::observe_encode(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   encode_.observe(seconds);
@@ -136,6 +147,30 @@ std::string ProxyMetrics::render(const std::vector<PrefillStatus>& prefills,
                         "\",upstream=\"" + d.url + "\"}",
                     static_cast<double>(d.num_ejections));
     }
+  }
+  if (!router_decisions_.empty()) {
+    append_header(&out, "crescent_proxy_router_decisions_total", "counter",
+                  "Prefill servers picked, by router and why (docs/proxy.md).");
+    for (const auto& [key, n] : router_decisions_) {
+      append_sample(&out,
+                    "crescent_proxy_router_decisions_total{router=\"" + key.first + "\",reason=\"" +
+                        key.second + "\"}",
+                    static_cast<double>(n));
+    }
+  }
+  if (router_index_entries_.load() >= 0) {
+    append_header(&out, "crescent_proxy_router_matched_blocks_total", "counter",
+                  "kv_aware: prompt blocks the chosen prefill already held (its prefix cache).");
+    append_sample(&out, "crescent_proxy_router_matched_blocks_total",
+                  static_cast<double>(router_matched_blocks_));
+    append_header(&out, "crescent_proxy_router_prompt_blocks_total", "counter",
+                  "kv_aware: full prompt blocks of the requests routed.");
+    append_sample(&out, "crescent_proxy_router_prompt_blocks_total",
+                  static_cast<double>(router_prompt_blocks_));
+    append_header(&out, "crescent_proxy_router_index_entries", "gauge",
+                  "kv_aware: block hashes in the KV index.");
+    append_sample(&out, "crescent_proxy_router_index_entries",
+                  static_cast<double>(router_index_entries_.load()));
   }
   if (!encoder_urls_.empty()) {
     append_header(&out, "crescent_proxy_encoder_requests_total", "counter",

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ class ProxyMetrics {
   // Seconds from a request's first encoder call to its last encoder answer (all succeeded).
   void observe_encode(double seconds);
 
+  // A prefill chosen by `router` ("round_robin", "kv_aware") for `reason` (kv_aware:
+  // "prefix_hit", "no_prefix_hit", "no_hashes").
+  void count_router_decision(const std::string& router, const std::string& reason);
+  // kv_aware: of a prompt's `prompt_blocks` full blocks, the chosen prefill held `matched`.
+  void count_router_blocks(int matched, int prompt_blocks);
+  // kv_aware: the KV index's size (rendered as a gauge).
+  void set_router_index_entries(int64_t n) { router_index_entries_.store(n); }
+
   // decodes: the decode (or --pd) servers' rotation states, labelled side=decode_side.
   std::string render(const std::vector<PrefillStatus>& prefills,
                      const std::vector<UpstreamState>& decodes = {},
@@ -74,6 +83,10 @@ class ProxyMetrics {
   std::vector<uint64_t> encoder_requests_;     // guarded by mu_; by encoder
   std::vector<uint64_t> encoder_failures_;     // guarded by mu_; by encoder
   uint64_t encoder_affinity_ = 0;              // guarded by mu_
+  std::map<std::pair<std::string, std::string>, uint64_t> router_decisions_;  // guarded by mu_
+  uint64_t router_matched_blocks_ = 0;                                        // guarded by mu_
+  uint64_t router_prompt_blocks_ = 0;                                         // guarded by mu_
+  std::atomic<int64_t> router_index_entries_{-1};                             // -1: no KV index
   std::atomic<int> num_in_flight_{0};
 };
 

@@ -141,6 +141,7 @@ Result<UpstreamUrl> parse_upstream_url(std::string_view url) {
 Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
   ParsedProxyArgs parsed;
   ProxyOptions& o = parsed.options;
+  std::string router_tuning_flag;  // the last --router-* flag seen
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -170,7 +171,12 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
                                          "drain-timeout",
                                          "prefill-images",
                                          "api-key",
-                                         "upstream-api-key"};
+                                         "upstream-api-key",
+                                         "router",
+                                         "router-overlap-weight",
+                                         "router-load-weight",
+                                         "router-poll-interval-ms",
+                                         "router-max-index-entries"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return name == k; }) == std::end(kKnown)) {
       return invalid_argument("unknown flag --" + name + " (see --help)");
@@ -180,6 +186,9 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
         return invalid_argument("--" + name + " needs a value");
       }
       value = args[++i];
+    }
+    if (name.starts_with("router-")) {
+      router_tuning_flag = "--" + name;
     }
     if (name == "host") {
       if (value.empty()) {
@@ -232,6 +241,32 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds("--request-timeout", value));
     } else if (name == "drain-timeout") {
       ASSIGN_OR_RETURN(o.drain_timeout_s, parse_seconds("--drain-timeout", value));
+    } else if (name == "router") {
+      if (value != "round_robin" && value != "kv_aware") {
+        return invalid_argument("--router expects 'round_robin' or 'kv_aware', got '" + value +
+                                "'");
+      }
+      o.kv_aware_router = value == "kv_aware";
+    } else if (name == "router-overlap-weight" || name == "router-load-weight") {
+      char* end = nullptr;
+      double w = std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(w) || w < 0) {
+        return invalid_argument("--" + name + " expects a number >= 0, got '" + value + "'");
+      }
+      (name == "router-overlap-weight" ? o.router_overlap_weight : o.router_load_weight) = w;
+    } else if (name == "router-poll-interval-ms" || name == "router-max-index-entries") {
+      int64_t n = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || n < 1 ||
+          n > 1'000'000'000) {
+        return invalid_argument("--" + name + " expects a whole number in [1, 1e9], got '" + value +
+                                "'");
+      }
+      if (name == "router-poll-interval-ms") {
+        o.router_poll_interval_ms = n;
+      } else {
+        o.router_max_index_entries = static_cast<size_t>(n);
+      }
     } else if (name == "io-threads") {
       int n = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -243,7 +278,15 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
       o.num_io_threads = n;
     }
   }
+  if (!router_tuning_flag.empty() && !o.kv_aware_router) {
+    return invalid_argument(router_tuning_flag + " tunes --router kv_aware; add --router kv_aware");
+  }
   if (!o.pds.empty()) {
+    if (o.kv_aware_router) {
+      return invalid_argument(
+          "--router kv_aware routes prefill servers by their KV events; it does not apply to "
+          "--pd servers");
+    }
     if (!o.prefills.empty() || !o.decodes.empty()) {
       return invalid_argument(
           "--pd (colocated prefill+decode servers) cannot be combined with --prefill or "
@@ -259,6 +302,9 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
   if (o.decodes.empty()) {
     return invalid_argument("at least one --decode URL is required");
   }
+  if (o.kv_aware_router && o.prefills.size() > 64) {
+    return invalid_argument("--router kv_aware handles at most 64 --prefill servers");
+  }
   return parsed;
 }
 
@@ -269,6 +315,9 @@ std::string proxy_help_text() {
                       --decode URL [--decode ...]
                       [--request-timeout S] [--io-threads N] [--drain-timeout S]
                       [--api-key KEY] [--upstream-api-key KEY]
+                      [--router round_robin|kv_aware] [--router-overlap-weight W]
+                      [--router-load-weight W] [--router-poll-interval-ms MS]
+                      [--router-max-index-entries N]
        crescent proxy [--encode URL ...] --pd URL [--pd ...] [...]
 
 An OpenAI-compatible router for disaggregated serving: each request is prefilled on one
@@ -338,6 +387,21 @@ flags:
   --upstream-api-key KEY sent as 'Authorization: Bearer KEY' to every prefill, decode and
                          encoder server (those started with `crescent serve --api-key KEY`),
                          in place of the client's header. Default: $CRESCENT_UPSTREAM_API_KEY
+  --router round_robin|kv_aware
+                         how P and D are picked (default round_robin, as in the flow above).
+                         kv_aware: each prefill's GET /v1/kv_events is read every
+                         --router-poll-interval-ms into an index of which prefill holds which
+                         prefix-cache block; a request's block hashes come from one prefill's
+                         POST /tokenize (return_block_hashes), each prefill that is up scores
+                         OVERLAP_W * matched prefix blocks - LOAD_W * its requests in flight,
+                         the highest wins (ties round-robin); D is the one with the fewest
+                         requests in flight. A prefill that goes down or restarts leaves the
+                         index at once. Not with --pd
+  --router-overlap-weight W  score per matched prefix block (default 1)
+  --router-load-weight W     score taken per request in flight on a prefill (default 1)
+  --router-poll-interval-ms MS  how often each prefill's KV events are read (default 100)
+  --router-max-index-entries N  block hashes the index keeps; the oldest go first
+                         (default 1000000)
 
 Authorization upstream: with --upstream-api-key, that key; otherwise the client's header is
 passed on, and without one OPENAI_API_KEY (if set) is sent as "Bearer $OPENAI_API_KEY", as the

@@ -83,6 +83,15 @@ struct ProxyOptions {
   uint64_t max_body_bytes = 32ull << 20;
   uint64_t max_buffered_response_bytes = 64ull << 20;
   double drain_timeout_s = 30;  // SIGTERM: how long in-flight requests may take to finish
+  // --router: how prefill and decode servers are picked (docs/proxy.md, kv_router.h).
+  // kv_aware: P by prefix-cache overlap (from the prefills' /v1/kv_events) against load, D by
+  // fewest requests in flight.
+  bool kv_aware_router = false;
+  double router_overlap_weight = 1.0;           // per matched prefix block
+  double router_load_weight = 1.0;              // per request in flight on that prefill
+  int64_t router_poll_interval_ms = 100;        // how often each prefill's KV events are read
+  size_t router_max_index_entries = 1'000'000;  // block hashes the KV index keeps at most
+  int64_t router_tokenize_timeout_ms = 1000;    // the /tokenize call for a prompt's hashes
 };
 
 // The result of reading the command line: options, or a request for --help.

@@ -161,5 +161,39 @@ TEST(ProxyOptionsTest, ApiKeys) {
   EXPECT_NE(proxy_help_text().find("--upstream-api-key KEY"), std::string::npos);
 }
 
+TEST(ProxyArgsTest, RouterFlags) {
+  const std::vector<std::string> base = {"--prefill", "http://p:1", "--decode", "http://d:2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return parse_proxy_args(args);
+  };
+  auto def = with({});
+  ASSERT_TRUE(def.is_ok());
+  EXPECT_FALSE(def->options.kv_aware_router);
+  auto kv =
+      with({"--router", "kv_aware", "--router-overlap-weight", "2.5", "--router-load-weight=0",
+            "--router-poll-interval-ms", "50", "--router-max-index-entries", "1000"});
+  ASSERT_TRUE(kv.is_ok()) << kv.status().to_string();
+  EXPECT_TRUE(kv->options.kv_aware_router);
+  EXPECT_EQ(kv->options.router_overlap_weight, 2.5);
+  EXPECT_EQ(kv->options.router_load_weight, 0);
+  EXPECT_EQ(kv->options.router_poll_interval_ms, 50);
+  EXPECT_EQ(kv->options.router_max_index_entries, 1000u);
+  EXPECT_TRUE(with({"--router", "round_robin"}).is_ok());
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"--router", "random"},
+           {"--router", "kv_aware", "--router-load-weight", "-1"},
+           {"--router", "kv_aware", "--router-poll-interval-ms", "0"},
+           {"--router-overlap-weight", "2"}}) {
+    auto r = with(bad);
+    ASSERT_FALSE(r.is_ok()) << bad[0] << " " << bad[1];
+    EXPECT_NE(r.status().message().find("--router"), std::string::npos) << r.status().message();
+  }
+  auto pd = parse_proxy_args({"--pd", "http://x:1", "--router", "kv_aware"});
+  ASSERT_FALSE(pd.is_ok());
+  EXPECT_NE(pd.status().message().find("--pd"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace crescent::proxy

@@ -144,6 +144,18 @@ ProxyServer::ProxyServer(ProxyOptions options)
   body_workers_ = std::make_unique<TaskQueue>(1);
   // Bulk work: on a shared core, the threads relaying tokens go first.
   body_workers_->post([] { ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10); });
+  if (options_.kv_aware_router && !is_pd_mode()) {
+    kv_router_ = std::make_unique<KvRouter>(options_.prefills,
+                                            RouterWeights{.overlap = options_.router_overlap_weight,
+                                                          .load = options_.router_load_weight},
+                                            options_.router_poll_interval_ms,
+                                            options_.router_max_index_entries);
+    prefill_load_ = std::make_unique<std::atomic<int>[]>(options_.prefills.size());
+    decode_load_ = std::make_unique<std::atomic<int>[]>(options_.decodes.size());
+    registry_.set_on_lost([router = kv_router_.get()](int index) { router->forget(index); });
+    metrics_.set_router_index_entries(0);
+    route_workers_ = std::make_unique<TaskQueue>(2);
+  }
 }
 
 Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
@@ -155,6 +167,10 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
   } else if (options.prefills.empty() || options.decodes.empty()) {
     return invalid_argument(
         "the proxy needs at least one prefill and one decode server, or one pd server");
+  }
+  if (options.kv_aware_router &&
+      (!options.pds.empty() || options.prefills.size() > size_t{KvIndex::kMaxUpstreams})) {
+    return invalid_argument("the kv_aware router needs 1 to 64 prefill servers and no pd ones");
   }
   std::unique_ptr<ProxyServer> proxy(new ProxyServer(std::move(options)));
   if (!proxy->options_.api_key.empty()) {
@@ -175,6 +191,9 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
             p->handle(std::move(request), std::move(writer));
           }));
   proxy->registry_.start();
+  if (proxy->kv_router_) {
+    proxy->kv_router_->start();
+  }
   proxy->probe_thread_ = std::thread([p = proxy.get()] { p->probe_loop(); });
   return proxy;
 }
@@ -201,6 +220,9 @@ void ProxyServer::stop() {
   // Ends the relays still in flight: their upstream connections close, so the servers abort.
   upstream_->shutdown();
   registry_.stop();
+  if (kv_router_) {
+    kv_router_->stop();
+  }
   {
     std::lock_guard<std::mutex> lock(probe_mu_);
     is_probe_stopping_ = true;
@@ -212,7 +234,65 @@ void ProxyServer::stop() {
 }
 
 std::optional<size_t> ProxyServer::next_decode() {
-  return decode_health_.next_up();
+  std::optional<size_t> next = decode_health_.next_up();
+  if (!next || !kv_router_) {
+    return next;
+  }
+  // By load: the fewest in flight, starting the scan at the rotation's pick for fair ties.
+  const size_t n = options_.decodes.size();
+  size_t best = *next;
+  for (size_t k = 1; k < n; ++k) {
+    const size_t i = (*next + k) % n;
+    if (decode_health_.is_up(i) && decode_load_[i].load() < decode_load_[best].load()) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::optional<PrefillPick> ProxyServer::pick_prefill(const Json& body,
+                                                     const std::string& authorization) {
+  if (!kv_router_) {
+    std::optional<PrefillPick> pick = registry_.next();
+    if (pick) {
+      metrics_.count_router_decision("round_robin", "round_robin");
+    }
+    return pick;
+  }
+  std::vector<PrefillPick> picks = registry_.picks();
+  if (picks.empty()) {
+    return std::nullopt;
+  }
+  const uint64_t turn = route_counter_.fetch_add(1);
+  // The prompt's block hashes, from the prefills in turn (they all hash alike).
+  const PrefillPick& asked = picks[turn % picks.size()];
+  auto hashes = kv_router_->prompt_hashes(asked.prefill_index, body, authorization,
+                                          options_.router_tokenize_timeout_ms);
+  if (!hashes.is_ok()) {
+    CRESCENT_LOG(kDebug) << "proxy: kv router: no block hashes for a prompt: "
+                         << hashes.status().message();
+  }
+  std::vector<uint64_t> prompt =
+      hashes.is_ok() ? std::move(hashes).value() : std::vector<uint64_t>{};
+  std::vector<int> matched = kv_router_->matched_prefix(prompt);
+  std::vector<RouteCandidate> candidates;
+  for (const PrefillPick& p : picks) {
+    candidates.push_back({.matched_blocks = matched[static_cast<size_t>(p.prefill_index)],
+                          .in_flight = prefill_load_[p.prefill_index].load()});
+  }
+  const size_t chosen = choose_candidate(candidates, kv_router_->weights(), turn);
+  const int got = candidates[chosen].matched_blocks;
+  metrics_.count_router_decision("kv_aware", !hashes.is_ok() ? "no_hashes"
+                                             : got > 0       ? "prefix_hit"
+                                                             : "no_prefix_hit");
+  metrics_.count_router_blocks(got, static_cast<int>(prompt.size()));
+  metrics_.set_router_index_entries(static_cast<int64_t>(kv_router_->index_size()));
+  CRESCENT_LOG(kDebug)
+      << "proxy: kv router: prefill "
+      << options_.prefills[static_cast<size_t>(picks[chosen].prefill_index)].server.url << " holds "
+      << got << " of " << prompt.size() << " prompt blocks, " << candidates[chosen].in_flight
+      << " in flight";
+  return picks[chosen];
 }
 
 void ProxyServer::answer_no_decode(ApiEndpoint endpoint, const std::string& request_id,
@@ -285,6 +365,14 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
       // Decided before `request` is moved: `path` refers into it.
       ApiEndpoint endpoint =
           path == "/v1/completions" ? ApiEndpoint::kCompletions : ApiEndpoint::kChatCompletions;
+      if (route_workers_ && request.body.size() < kLargeBodyBytes) {
+        // Picking a prefill may call one: off the I/O threads.
+        auto shared = std::make_shared<Request>(std::move(request));
+        route_workers_->post([this, endpoint, shared, writer] {
+          handle_completion(endpoint, std::move(*shared), writer);
+        });
+        return;
+      }
       if (request.body.size() >= kLargeBodyBytes) {
         auto shared = std::make_shared<Request>(std::move(request));
         body_workers_->post([this, endpoint, shared, writer] {
@@ -308,6 +396,9 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
     }
   } else if (path == "/metrics") {
     if (require_method("GET")) {
+      if (kv_router_) {
+        metrics_.set_router_index_entries(static_cast<int64_t>(kv_router_->index_size()));
+      }
       writer->send(200, "text/plain; version=0.0.4; charset=utf-8",
                    metrics_.render(registry_.statuses(), decode_health_.states(),
                                    is_pd_mode() ? "pd" : "decode"));
@@ -334,9 +425,10 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
     // Nothing could stream the answer: no prefill server computes (and holds) KV for it.
     return answer_no_decode(endpoint, *request_id, *writer);
   }
+  std::string authorization = upstream_authorization(request);
   std::optional<PrefillPick> pick;
   if (!is_pd_mode()) {
-    pick = registry_.next();
+    pick = pick_prefill(*body, authorization);
     if (!pick) {
       metrics_.count_request(endpoint, Outcome::kNotReady);
       return send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for(),
@@ -353,7 +445,6 @@ void ProxyServer::handle_completion(ApiEndpoint endpoint, Request request,
                             "unique");
     }
   }
-  std::string authorization = upstream_authorization(request);
   Completion completion;
   completion.endpoint = endpoint;
   completion.request_id = *request_id;
@@ -413,7 +504,15 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
     answer_no_decode(completion.endpoint, completion.request_id, *writer);
     return release_request_id(completion.request_id);
   }
-  plan.on_released = [this, id = completion.request_id] { release_request_id(id); };
+  plan.on_released = [this, id = completion.request_id, index = *decode_index] {
+    if (decode_load_) {
+      decode_load_[index].fetch_sub(1);
+    }
+    release_request_id(id);
+  };
+  if (decode_load_) {
+    decode_load_[*decode_index].fetch_add(1);
+  }
   plan.decode = decode_pool()[*decode_index];
   plan.on_decode_unreachable = [this, index = *decode_index](const Status& why) {
     decode_health_.report_unreachable(index, steady_now_ms(), why.message());
@@ -442,6 +541,12 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   plan.on_prefill_unreachable = [this, index = pick.prefill_index](const Status& why) {
     registry_.report_unreachable(index, why.message());
   };
+  if (prefill_load_) {
+    prefill_load_[pick.prefill_index].fetch_add(1);
+    plan.on_prefill_ended = [this, index = pick.prefill_index] {
+      prefill_load_[index].fetch_sub(1);
+    };
+  }
   std::string decode;
   if (ec_items != nullptr) {
     // P pulls the encoders' tensors; D gets the same items only to learn each image's mm_hash

@@ -34,6 +34,7 @@
 #include "net/http/api_key.h"
 #include "net/http/http_server.h"
 #include "proxy/encoder_stage.h"
+#include "proxy/kv_router.h"
 #include "proxy/prefill_registry.h"
 #include "proxy/proxy_metrics.h"
 #include "proxy/proxy_options.h"
@@ -89,8 +90,13 @@ class ProxyServer {
   const std::vector<UpstreamUrl>& decode_pool() const {
     return is_pd_mode() ? options_.pds : options_.decodes;
   }
-  // The next decode server (or --pd server) in rotation; nullopt when none is up.
+  // The next decode server (or --pd server) in rotation; nullopt when none is up. With the
+  // kv_aware router, the one up with the fewest requests in flight (ties in rotation).
   std::optional<size_t> next_decode();
+  // The prefill (and dp rank) for a request: round-robin, or with the kv_aware router the best
+  // score (kv_router.h), which may ask a prefill's /tokenize (blocking: never on an I/O
+  // thread). nullopt while not every prefill is ready.
+  std::optional<PrefillPick> pick_prefill(const Json& body, const std::string& authorization);
   // The 503 for "no decode server is up", naming each and why. Counts the request.
   void answer_no_decode(ApiEndpoint endpoint, const std::string& request_id,
                         net::http::ResponseWriter& writer);
@@ -121,6 +127,14 @@ class ProxyServer {
   // relay every stream's tokens, so one arrival does not stall the streams in flight. Declared
   // last: destroyed first, after stop(), running what was posted (new calls then end at once).
   std::unique_ptr<TaskQueue> body_workers_;
+  // --router kv_aware (null otherwise): the KV index and its feeds; requests in flight per
+  // prefill (until its prefill call ended) and per decode server; completions are handled on
+  // route_workers_, since picking a prefill may call one.
+  std::unique_ptr<KvRouter> kv_router_;
+  std::unique_ptr<std::atomic<int>[]> prefill_load_;
+  std::unique_ptr<std::atomic<int>[]> decode_load_;
+  std::atomic<uint64_t> route_counter_{0};
+  std::unique_ptr<TaskQueue> route_workers_;  // destroyed first, running what was posted
   std::atomic<bool> stopped_{false};
 };
 

@@ -27,6 +27,13 @@ class DataParallelEngineClient : public EngineClient {
   Result<std::vector<int32_t>> tokenize(std::string_view text,
                                         bool add_special_tokens) const override;
   std::string token_text(int32_t token_id) const override;
+  std::string detokenize(std::span<const int32_t> ids) const override {
+    return ranks_[0]->detokenize(ids);
+  }
+  // With one rank, its log; with several, none (each rank has its own cache).
+  std::shared_ptr<const engine::KvEventLog> kv_event_log() const override {
+    return ranks_.size() == 1 ? ranks_[0]->kv_event_log() : nullptr;
+  }
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
                                   const ChatRenderOptions& options) const override;
   // InvalidArgument when options.data_parallel_rank is out of range.

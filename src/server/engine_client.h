@@ -9,14 +9,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/kv_connector.h"
+#include "engine/kv_events.h"
 #include "engine/multimodal.h"
 #include "engine/sampling_params.h"
 
@@ -123,6 +126,17 @@ class EngineClient {
                                                 bool add_special_tokens) const = 0;
   // The text of one token, as logprobs report it.
   virtual std::string token_text(int32_t token_id) const = 0;
+  // The text of ids (POST /detokenize); by default the tokens' texts joined.
+  virtual std::string detokenize(std::span<const int32_t> ids) const {
+    std::string out;
+    for (int32_t id : ids) {
+      out += token_text(id);
+    }
+    return out;
+  }
+  // The prefix cache's event log (engine/kv_events.h) for GET /v1/kv_events; null when there
+  // is none to publish.
+  virtual std::shared_ptr<const engine::KvEventLog> kv_event_log() const { return nullptr; }
   // Renders a chat with the model's template (or options.chat_template); Unimplemented if
   // there is none, InvalidArgument for a template that does not parse or refuses the chat.
   virtual Result<std::string> render_chat(const std::vector<ChatMessage>& messages,

@@ -42,6 +42,10 @@ std::string EngineLoopClient::token_text(int32_t token_id) const {
   return loaded_->tokenizer->decode(std::span<const int32_t>(&token_id, 1), false);
 }
 
+std::string EngineLoopClient::detokenize(std::span<const int32_t> ids) const {
+  return loaded_->tokenizer->decode(ids, false);
+}
+
 Result<std::string> EngineLoopClient::render_chat(const std::vector<ChatMessage>& messages,
                                                   const ChatRenderOptions& options) const {
   std::optional<model::ChatTemplate> request_template;

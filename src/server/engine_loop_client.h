@@ -28,6 +28,10 @@ class EngineLoopClient : public EngineClient {
   Result<std::vector<int32_t>> tokenize(std::string_view text,
                                         bool add_special_tokens) const override;
   std::string token_text(int32_t token_id) const override;
+  std::string detokenize(std::span<const int32_t> ids) const override;
+  std::shared_ptr<const engine::KvEventLog> kv_event_log() const override {
+    return loop_->kv_event_log();
+  }
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages,
                                   const ChatRenderOptions& options) const override;
   Status submit(std::string request_id, std::vector<int32_t> prompt_token_ids,

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "core/prometheus.h"
 #include "server/openai_protocol.h"
+#include "server/token_endpoints.h"
 
 namespace crescent::server {
 
@@ -253,8 +254,9 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
     const char* method;
   };
   static const Route kRoutes[] = {
-      {"/health", "GET"},  {"/v1/models", "GET"},       {"/metrics", "GET"},
-      {"/version", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+      {"/health", "GET"},    {"/v1/models", "GET"},       {"/metrics", "GET"},
+      {"/version", "GET"},   {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+      {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/v1/kv_events", "GET"},
   };
   // Before routing, as vLLM's middleware: without the key a client learns nothing of the paths.
   if (auto refusal = api_key_.refusal(request)) {
@@ -262,7 +264,9 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
                      dump_json(error_json(api_error(401, *refusal, "authentication_error"))),
                      net::http::unauthorized_headers());
   }
-  const Route* route = nullptr;
+  // GET /v1/models/{id}: one model, as vLLM answers it.
+  static const Route kModelRoute = {"/v1/models/{id}", "GET"};
+  const Route* route = request.path.starts_with("/v1/models/") ? &kModelRoute : nullptr;
   for (const auto& r : kRoutes) {
     if (request.path == r.path) {
       route = &r;
@@ -324,15 +328,44 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
   if (request.path == "/version") {
     return send_json(*writer, 200, R"({"version":"crescent-0.1"})");
   }
-  if (request.path == "/v1/models") {
+  if (request.path == "/v1/models" || route == &kModelRoute) {
     json model = {{"id", options_.served_model_name},   {"object", "model"},
                   {"created", unix_seconds()},          {"owned_by", "crescent"},
                   {"root", options_.served_model_name}, {"parent", nullptr}};
     if (engine != nullptr) {
       model["max_model_len"] = engine->max_model_len();
     }
-    return send_json(*writer, 200,
-                     dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+    if (route != &kModelRoute) {
+      return send_json(*writer, 200,
+                       dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+    }
+    const std::string id = request.path.substr(std::string_view("/v1/models/").size());
+    if (id != options_.served_model_name) {
+      return send_json(*writer, 404,
+                       dump_json(error_json(api_error(404, "The model `" + id + "` does not exist.",
+                                                      "not_found_error"))));
+    }
+    return send_json(*writer, 200, dump_json(model));
+  }
+  if (request.path == "/tokenize" || request.path == "/detokenize" ||
+      request.path == "/v1/kv_events") {
+    if (engine == nullptr) {
+      return send_json(
+          *writer, 503,
+          dump_json(error_json(api_error(
+              503,
+              is_ready ? "this server has no model to tokenize with" : "the model is still loading",
+              "service_unavailable"))));
+    }
+    const size_t q = request.target.find('?');
+    EndpointReply reply =
+        request.path == "/tokenize" ? tokenize_reply(*engine, request.body)
+        : request.path == "/detokenize"
+            ? detokenize_reply(*engine, request.body)
+            : kv_events_reply(*engine, q == std::string::npos
+                                           ? std::string_view()
+                                           : std::string_view(request.target).substr(q + 1));
+    return send_json(*writer, reply.status, reply.body);
   }
   // Read before the move: argument evaluation order is unspecified.
   const bool chat = request.path == "/v1/chat/completions";

@@ -1,10 +1,10 @@
 #pragma once
 // OpenAiServer: the OpenAI-compatible HTTP front of one engine. Routes /v1/completions,
-// /v1/chat/completions (whole or streamed as SSE), /v1/models, /health, /metrics and
-// /version; turns each generation request into one EngineClient::submit whose outputs are
-// written to the client from the engine's thread without blocking it; aborts a request whose
-// client disconnects. Starts serving before the model is loaded (/health answers 503 until
-// set_engine()). Thread-safe.
+// /v1/chat/completions (whole or streamed as SSE), /v1/models[/{id}], /tokenize,
+// /detokenize, /v1/kv_events (token_endpoints.h), /health, /metrics and /version; turns each
+// generation request into one EngineClient::submit whose outputs are written to the client from the
+// engine's thread without blocking it; aborts a request whose client disconnects. Starts serving
+// before the model is loaded (/health answers 503 until set_engine()). Thread-safe.
 
 #include <atomic>
 #include <cstdint>
