@@ -358,7 +358,7 @@ Requests without images, and every request without --encode, never touch an enco
 
 Readiness: the proxy polls each prefill's /health, then its bootstrap server's /query (every
 0.5 s) to learn its dp ranks and engine ids. Until every prefill is ready, /health and the
-completion endpoints answer 503. /v1/models is forwarded to a decode server; /metrics is
+completion endpoints answer 503; /health also answers 503 while no decode server is up. /v1/models is forwarded to a decode server; /metrics is
 Prometheus text.
 
 flags:

@@ -77,6 +77,10 @@ class ProxyRotationTest : public ::testing::Test {
                           Deadline::after_ms(kWaitMs));
   }
 
+  Result<net::http::Response> health() {
+    HttpClient client("127.0.0.1", proxy_->port());
+    return client.request("GET", "/health", "", {}, Deadline::after_ms(kWaitMs));
+  }
   std::string metrics() {
     HttpClient client("127.0.0.1", proxy_->port());
     auto r = client.request("GET", "/metrics", "", {}, Deadline::after_ms(kWaitMs));
@@ -136,6 +140,12 @@ TEST_F(ProxyRotationTest, NoDecodeUpAnswers503AtOnceWithoutAskingThePrefill) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(num_prefill_calls(), prefill_calls) << "a prefill server was asked for nothing";
+  // The proxy's own /health says it cannot serve, naming the decode server.
+  auto h = health();
+  ASSERT_TRUE(h.is_ok());
+  EXPECT_EQ(h->status, 503) << h->body;
+  EXPECT_TRUE(contains(h->body, "no decode server is up")) << h->body;
+  EXPECT_TRUE(contains(h->body, url)) << h->body;
   std::string m = metrics();
   EXPECT_TRUE(contains(m, "crescent_proxy_upstream_up{side=\"decode\",upstream=\"" + url + "\"} 0"))
       << m;
