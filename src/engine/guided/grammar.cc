@@ -386,4 +386,18 @@ Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::str
   return std::shared_ptr<const Grammar>(std::move(g));
 }
 
+Result<std::shared_ptr<const Grammar>> compile(const GuidedDecoding& guided) {
+  switch (guided.kind) {
+    case GuidedDecoding::Kind::kJsonObject:
+      return compile_json_object();
+    case GuidedDecoding::Kind::kJsonSchema:
+      return compile_json_schema(guided.json_schema);
+    case GuidedDecoding::Kind::kChoice:
+      return compile_choice(guided.choices);
+    case GuidedDecoding::Kind::kNone:
+      break;
+  }
+  return invalid_argument("no guided decoding constraint to compile");
+}
+
 }  // namespace crescent::engine::guided

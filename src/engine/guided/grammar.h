@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/sampling_params.h"
 
 namespace crescent::engine::guided {
 
@@ -77,5 +78,8 @@ std::shared_ptr<const Grammar> compile_json_object();
 Result<std::shared_ptr<const Grammar>> compile_json_schema(std::string_view schema_json);
 // Exactly one of `choices`, as raw text (guided_choice).
 Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices);
+
+// The grammar of an active constraint (any kind above).
+Result<std::shared_ptr<const Grammar>> compile(const GuidedDecoding& guided);
 
 }  // namespace crescent::engine::guided
