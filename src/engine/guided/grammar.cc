@@ -163,6 +163,21 @@ class SchemaCompiler {
     return v.get<int64_t>();
   }
 
+  // A pair like minItems / maxItems; absent keys leave *min / *max as they are.
+  static Status get_bounds(const json& s, const char* min_key, const char* max_key,
+                           const std::string& path, int64_t* min, int64_t* max) {
+    if (s.contains(min_key)) {
+      ASSIGN_OR_RETURN(*min, get_count(s, min_key, path));
+    }
+    if (s.contains(max_key)) {
+      ASSIGN_OR_RETURN(*max, get_count(s, max_key, path));
+    }
+    if (*max >= 0 && *max < *min) {
+      return invalid_argument(std::string(max_key) + " is below " + min_key + " at " + path);
+    }
+    return Status::ok();
+  }
+
   Result<int32_t> compile_type(const json& s, const std::string& type, const std::string& path,
                                int depth) {
     RETURN_IF_ERROR(check_keywords_apply(s, type, path));
@@ -176,26 +191,10 @@ class SchemaCompiler {
       if (s.contains("items")) {
         ASSIGN_OR_RETURN(n.items, compile(s["items"], path + ".items", depth + 1));
       }
-      if (s.contains("minItems")) {
-        ASSIGN_OR_RETURN(n.min_items, get_count(s, "minItems", path));
-      }
-      if (s.contains("maxItems")) {
-        ASSIGN_OR_RETURN(n.max_items, get_count(s, "maxItems", path));
-      }
-      if (n.max_items >= 0 && n.max_items < n.min_items) {
-        return invalid_argument("maxItems is below minItems at " + path);
-      }
+      RETURN_IF_ERROR(get_bounds(s, "minItems", "maxItems", path, &n.min_items, &n.max_items));
     } else if (type == "string") {
       n.kind = NodeKind::kString;
-      if (s.contains("minLength")) {
-        ASSIGN_OR_RETURN(n.min_length, get_count(s, "minLength", path));
-      }
-      if (s.contains("maxLength")) {
-        ASSIGN_OR_RETURN(n.max_length, get_count(s, "maxLength", path));
-      }
-      if (n.max_length >= 0 && n.max_length < n.min_length) {
-        return invalid_argument("maxLength is below minLength at " + path);
-      }
+      RETURN_IF_ERROR(get_bounds(s, "minLength", "maxLength", path, &n.min_length, &n.max_length));
     } else if (type == "integer") {
       n.kind = NodeKind::kInteger;
     } else if (type == "number") {

@@ -192,27 +192,34 @@ TEST(GuidedVocabTrieTest, AllowedSetEqualsBruteForce) {
   }
   vocab.push_back(vocab[5]);  // a duplicate
   VocabTrie trie(vocab);
+  // b's maxLength walks the whole trie; s's free string takes the fast path.
   auto g = schema(R"({"type": "object", "properties": {"a": {"type": "array",
-      "items": {"type": "number"}}, "b": {"type": "string", "maxLength": 4}},
-      "required": ["b"]})");
-  Matcher m(g);
-  std::vector<int32_t> allowed;
-  for (int step = 0; step < 40; ++step) {
-    trie.allowed_tokens(m, &allowed);
-    std::vector<int32_t> expected;
-    for (size_t id = 0; id < vocab.size(); ++id) {
-      Matcher copy = m;
-      if (!vocab[id].empty() && copy.advance(vocab[id])) {
-        expected.push_back(static_cast<int32_t>(id));
+      "items": {"type": "number"}}, "b": {"type": "string", "maxLength": 4},
+      "s": {"type": "string"}}, "required": ["b", "s"]})");
+  bool saw_free_string = false;
+  for (const char* start : {"", R"({"b": "ab", "s": ")"}) {
+    Matcher m(g);
+    ASSERT_TRUE(m.advance(start));
+    std::vector<int32_t> allowed;
+    for (int step = 0; step < 40; ++step) {
+      saw_free_string = saw_free_string || m.is_in_free_string();
+      trie.allowed_tokens(m, &allowed);
+      std::vector<int32_t> expected;
+      for (size_t id = 0; id < vocab.size(); ++id) {
+        Matcher copy = m;
+        if (!vocab[id].empty() && copy.advance(vocab[id])) {
+          expected.push_back(static_cast<int32_t>(id));
+        }
       }
+      std::sort(allowed.begin(), allowed.end());
+      ASSERT_EQ(allowed, expected) << "step " << step;
+      if (allowed.empty()) {
+        break;
+      }
+      ASSERT_TRUE(m.advance(vocab[allowed[rng() % allowed.size()]]));
     }
-    std::sort(allowed.begin(), allowed.end());
-    ASSERT_EQ(allowed, expected) << "step " << step;
-    if (allowed.empty()) {
-      break;
-    }
-    ASSERT_TRUE(m.advance(vocab[allowed[rng() % allowed.size()]]));
   }
+  EXPECT_TRUE(saw_free_string);
 }
 
 }  // namespace

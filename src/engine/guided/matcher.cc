@@ -1,6 +1,7 @@
 #include "engine/guided/matcher.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
 
@@ -151,6 +152,15 @@ bool Matcher::can_end(const Frame& f) const {
   }
 }
 
+bool Matcher::is_in_free_string() const {
+  if (depth_ == 0) {
+    return false;
+  }
+  const Frame& f = frames_[depth_ - 1];
+  const Node& n = nodes_[f.node];
+  return n.kind == NodeKind::kString && f.state == kStrBody && n.max_length < 0;
+}
+
 bool Matcher::is_accepting() const {
   return depth_ == 0 || (depth_ == 1 && can_end(frames_[0]));
 }
@@ -204,13 +214,30 @@ Matcher::Step Matcher::step(Frame& f, uint8_t b) {
   return Step::kReject;
 }
 
+Matcher::Step Matcher::open_container(Frame& f, uint8_t open, uint8_t next_state, uint8_t b) {
+  if (b != open) {
+    return Step::kReject;
+  }
+  f.state = next_state;
+  return Step::kConsumed;
+}
+
+// Bounded whitespace between the tokens of an object or array: a step when b is whitespace.
+std::optional<Matcher::Step> Matcher::take_whitespace(Frame& f, uint8_t b) {
+  if (!is_ws(b)) {
+    f.num_ws = 0;
+    return std::nullopt;
+  }
+  if (f.num_ws >= kMaxWhitespace) {
+    return Step::kReject;
+  }
+  ++f.num_ws;
+  return Step::kConsumed;
+}
+
 Matcher::Step Matcher::step_object(Frame& f, const Node& n, uint8_t b) {
   if (f.state == kObjOpen) {
-    if (b != '{') {
-      return Step::kReject;
-    }
-    f.state = kObjFirst;
-    return Step::kConsumed;
+    return open_container(f, '{', kObjFirst, b);
   }
   if (f.state == kObjKey) {
     // Narrow the candidates to the keys that continue with b; '"' ends a key matched in full.
@@ -235,14 +262,11 @@ Matcher::Step Matcher::step_object(Frame& f, const Node& n, uint8_t b) {
     ++f.pos;
     return Step::kConsumed;
   }
-  if (is_ws(b)) {
-    if (f.num_ws >= kMaxWhitespace) {
-      return Step::kReject;
+  if (is_ws(b) || f.num_ws > 0) {
+    if (std::optional<Step> step = take_whitespace(f, b)) {
+      return *step;
     }
-    ++f.num_ws;
-    return Step::kConsumed;
   }
-  f.num_ws = 0;
   switch (f.state) {
     case kObjFirst:
     case kObjNext:
@@ -294,20 +318,13 @@ Matcher::Step Matcher::step_object(Frame& f, const Node& n, uint8_t b) {
 
 Matcher::Step Matcher::step_array(Frame& f, const Node& n, uint8_t b) {
   if (f.state == kArrOpen) {
-    if (b != '[') {
-      return Step::kReject;
-    }
-    f.state = kArrFirst;
-    return Step::kConsumed;
+    return open_container(f, '[', kArrFirst, b);
   }
-  if (is_ws(b)) {
-    if (f.num_ws >= kMaxWhitespace) {
-      return Step::kReject;
+  if (is_ws(b) || f.num_ws > 0) {
+    if (std::optional<Step> step = take_whitespace(f, b)) {
+      return *step;
     }
-    ++f.num_ws;
-    return Step::kConsumed;
   }
-  f.num_ws = 0;
   const int64_t count = f.count;
   switch (f.state) {
     case kArrFirst:

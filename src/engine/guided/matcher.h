@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "engine/guided/grammar.h"
@@ -27,6 +28,9 @@ class Matcher {
   bool is_accepting() const;
   // Nothing more may follow (the value is closed).
   bool is_complete() const { return depth_ == 0; }
+  // Inside a string without maxLength: every byte but '"', '\\' and control bytes is accepted
+  // and leaves the state as it is (the vocabulary walk's fast path).
+  bool is_in_free_string() const;
 
  private:
   struct Frame {
@@ -40,6 +44,8 @@ class Matcher {
   enum class Step { kReject, kConsumed, kPopConsumed, kPopReprocess, kReprocess };
 
   Step step(Frame& f, uint8_t b);
+  static Step open_container(Frame& f, uint8_t open, uint8_t next_state, uint8_t b);
+  static std::optional<Step> take_whitespace(Frame& f, uint8_t b);
   Step step_object(Frame& f, const Node& n, uint8_t b);
   Step step_array(Frame& f, const Node& n, uint8_t b);
   Step step_string(Frame& f, const Node& n, uint8_t b);

@@ -5,14 +5,40 @@
 
 namespace crescent::engine::guided {
 
+namespace {
+
+bool is_plain_string_byte(char c) {
+  const auto b = static_cast<uint8_t>(c);
+  return b >= 0x20 && b != '"' && b != '\\';
+}
+
+}  // namespace
+
 VocabTrie::VocabTrie(std::span<const std::string> token_bytes) {
   std::vector<int32_t> ids;
+  std::vector<int32_t> not_plain;
   for (size_t id = 0; id < token_bytes.size(); ++id) {
-    if (!token_bytes[id].empty()) {
-      ids.push_back(static_cast<int32_t>(id));
-      max_depth_ = std::max(max_depth_, token_bytes[id].size());
+    const std::string& t = token_bytes[id];
+    if (t.empty()) {
+      continue;
+    }
+    ids.push_back(static_cast<int32_t>(id));
+    max_depth_ = std::max(max_depth_, t.size());
+    if (std::all_of(t.begin(), t.end(), is_plain_string_byte)) {
+      plain_string_ids_.push_back(static_cast<int32_t>(id));
+    } else {
+      not_plain.push_back(static_cast<int32_t>(id));
     }
   }
+  all_ = build(token_bytes, std::move(ids));
+  not_plain_ = build(token_bytes, std::move(not_plain));
+}
+
+VocabTrie::Trie VocabTrie::build(std::span<const std::string> token_bytes,
+                                 std::vector<int32_t> ids) {
+  Trie trie;
+  std::vector<TrieNode>& nodes_ = trie.nodes;
+  std::vector<int32_t>& token_ids_ = trie.token_ids;
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     return token_bytes[a] < token_bytes[b] || (token_bytes[a] == token_bytes[b] && a < b);
   });
@@ -49,6 +75,7 @@ VocabTrie::VocabTrie(std::span<const std::string> token_bytes) {
       i = j;
     }
   }
+  return trie;
 }
 
 void VocabTrie::allowed_tokens(const Matcher& m, std::vector<int32_t>* out) const {
@@ -57,22 +84,28 @@ void VocabTrie::allowed_tokens(const Matcher& m, std::vector<int32_t>* out) cons
     scratch_.push_back(m);
   }
   scratch_[0] = m;
-  walk(0, 0, out);
+  if (m.is_in_free_string()) {
+    out->assign(plain_string_ids_.begin(), plain_string_ids_.end());
+    walk(not_plain_, 0, 0, out);
+  } else {
+    walk(all_, 0, 0, out);
+  }
 }
 
-void VocabTrie::walk(uint32_t node, size_t depth, std::vector<int32_t>* out) const {
-  const TrieNode& n = nodes_[node];
+void VocabTrie::walk(const Trie& trie, uint32_t node, size_t depth,
+                     std::vector<int32_t>* out) const {
+  const TrieNode& n = trie.nodes[node];
   Matcher& child_state = scratch_[depth + 1];
   for (uint32_t c = n.first_child; c < n.first_child + n.num_children; ++c) {
     child_state = scratch_[depth];
-    if (!child_state.advance(nodes_[c].byte)) {
+    if (!child_state.advance(trie.nodes[c].byte)) {
       continue;
     }
-    const TrieNode& child = nodes_[c];
-    out->insert(out->end(), token_ids_.begin() + child.first_token,
-                token_ids_.begin() + child.first_token + child.num_tokens);
+    const TrieNode& child = trie.nodes[c];
+    out->insert(out->end(), trie.token_ids.begin() + child.first_token,
+                trie.token_ids.begin() + child.first_token + child.num_tokens);
     if (child.num_children > 0) {
-      walk(c, depth + 1, out);
+      walk(trie, c, depth + 1, out);
     }
   }
 }

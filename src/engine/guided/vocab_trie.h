@@ -22,21 +22,29 @@ class VocabTrie {
   // Appends to *out (cleared first) every token whose bytes `m` accepts, in trie order.
   void allowed_tokens(const Matcher& m, std::vector<int32_t>* out) const;
 
-  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_nodes() const { return all_.nodes.size(); }
   size_t max_depth() const { return max_depth_; }
 
  private:
   struct TrieNode {
-    uint32_t first_child = 0;  // children are nodes_[first_child, first_child + num_children)
+    uint32_t first_child = 0;  // children are nodes[first_child, first_child + num_children)
     uint32_t num_children = 0;
-    uint32_t first_token = 0;  // tokens ending here are token_ids_[first_token, + num_tokens)
+    uint32_t first_token = 0;  // tokens ending here are token_ids[first_token, + num_tokens)
     uint32_t num_tokens = 0;
     uint8_t byte = 0;  // the edge from the parent
   };
-  void walk(uint32_t node, size_t depth, std::vector<int32_t>* out) const;
+  struct Trie {
+    std::vector<TrieNode> nodes;  // nodes[0] is the root
+    std::vector<int32_t> token_ids;
+  };
+  static Trie build(std::span<const std::string> token_bytes, std::vector<int32_t> ids);
+  void walk(const Trie& trie, uint32_t node, size_t depth, std::vector<int32_t>* out) const;
 
-  std::vector<TrieNode> nodes_;  // nodes_[0] is the root
-  std::vector<int32_t> token_ids_;
+  Trie all_;
+  // Inside a free string (Matcher::is_in_free_string) every token of plain string bytes is
+  // allowed as is, so only the others (with '"', '\\' or a control byte) need the walk.
+  std::vector<int32_t> plain_string_ids_;
+  Trie not_plain_;
   size_t max_depth_ = 0;
   mutable std::vector<Matcher> scratch_;  // one state per depth during a walk
 };
