@@ -105,6 +105,12 @@ TEST(GuidedMatcherTest, StringLengthAndEnum) {
   EXPECT_TRUE(accepts(g, R"("a\nb")"));
   EXPECT_FALSE(accepts(g, R"("a")"));
   EXPECT_FALSE(accepts_prefix(g, R"("abcd)"));
+  // Only valid UTF-8: no stray continuation byte, no cut character before the quote.
+  auto any = schema(R"({"type": "string"})");
+  EXPECT_TRUE(accepts(any, "\"\xe4\xb8\xad\""));
+  EXPECT_FALSE(accepts_prefix(any, "\"\x80"));
+  EXPECT_FALSE(accepts_prefix(any, "\"\xe4\xb8\""));
+  EXPECT_FALSE(accepts_prefix(any, "\"\xc0\xaf"));
   auto e = schema(R"({"enum": ["red", "green", 3, null]})");
   EXPECT_TRUE(accepts(e, R"("red")"));
   EXPECT_TRUE(accepts(e, "3"));
@@ -189,6 +195,9 @@ TEST(GuidedVocabTrieTest, AllowedSetEqualsBruteForce) {
       t.push_back(alphabet[rng() % alphabet.size()]);
     }
     vocab.push_back(t);
+  }
+  for (const char* t : {"\xc3\xa9", "\xc3", "\xa9", "a\xe4\xb8", "\xad\"", "\xe4\xb8\xad"}) {
+    vocab.emplace_back(t);
   }
   vocab.push_back(vocab[5]);  // a duplicate
   VocabTrie trie(vocab);

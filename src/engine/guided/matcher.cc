@@ -18,6 +18,21 @@ bool is_hex(uint8_t b) {
   return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
 }
 
+// How many continuation bytes follow a UTF-8 lead byte b; -1 for a continuation byte, -2 for
+// a byte that never occurs in UTF-8.
+int utf8_continuations(uint8_t b) {
+  if (b < 0x80) {
+    return 0;
+  }
+  if (b < 0xC0) {
+    return -1;
+  }
+  if (b < 0xC2 || b > 0xF4) {
+    return -2;
+  }
+  return b < 0xE0 ? 1 : b < 0xF0 ? 2 : 3;
+}
+
 // Object states.
 enum : uint8_t {
   kObjOpen,        // expects '{'
@@ -158,7 +173,7 @@ bool Matcher::is_in_free_string() const {
   }
   const Frame& f = frames_[depth_ - 1];
   const Node& n = nodes_[f.node];
-  return n.kind == NodeKind::kString && f.state == kStrBody && n.max_length < 0;
+  return n.kind == NodeKind::kString && f.state == kStrBody && f.pos == 0 && n.max_length < 0;
 }
 
 bool Matcher::is_accepting() const {
@@ -365,21 +380,31 @@ Matcher::Step Matcher::step_string(Frame& f, const Node& n, uint8_t b) {
       f.state = kStrBody;
       return Step::kConsumed;
     case kStrBody: {
+      // pos counts the continuation bytes the current UTF-8 character still needs, so only
+      // valid UTF-8 is produced (a lone continuation byte would decode to U+FFFD).
+      const int need = utf8_continuations(b);
+      if (f.pos > 0) {
+        if (need != -1) {
+          return Step::kReject;
+        }
+        --f.pos;
+        return Step::kConsumed;
+      }
       if (b == '"') {
         return f.count >= n.min_length ? Step::kPopConsumed : Step::kReject;
       }
-      if (b < 0x20) {
-        return Step::kReject;  // control characters must be escaped
+      if (b < 0x20 || need < 0) {
+        return Step::kReject;  // control characters must be escaped; no stray continuation
       }
-      const bool starts_char = (b & 0xC0) != 0x80;
-      if (starts_char && n.max_length >= 0 && f.count >= n.max_length) {
+      if (n.max_length >= 0 && f.count >= n.max_length) {
         return Step::kReject;
       }
       if (b == '\\') {
         f.state = kStrEscape;
         return Step::kConsumed;
       }
-      f.count += starts_char ? 1 : 0;
+      ++f.count;
+      f.pos = static_cast<uint16_t>(need);
       return Step::kConsumed;
     }
     case kStrEscape:
@@ -401,6 +426,7 @@ Matcher::Step Matcher::step_string(Frame& f, const Node& n, uint8_t b) {
       }
       if (++f.pos == 4) {
         ++f.count;
+        f.pos = 0;
         f.state = kStrBody;
       }
       return Step::kConsumed;

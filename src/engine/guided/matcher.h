@@ -28,8 +28,9 @@ class Matcher {
   bool is_accepting() const;
   // Nothing more may follow (the value is closed).
   bool is_complete() const { return depth_ == 0; }
-  // Inside a string without maxLength: every byte but '"', '\\' and control bytes is accepted
-  // and leaves the state as it is (the vocabulary walk's fast path).
+  // Inside a string without maxLength, between characters: every run of whole UTF-8
+  // characters without '"', '\\' and control bytes is accepted and leaves the state as it is
+  // (the vocabulary walk's fast path).
   bool is_in_free_string() const;
 
  private:
@@ -37,7 +38,7 @@ class Matcher {
     int32_t node = -1;
     uint8_t state = 0;
     uint8_t num_ws = 0;
-    uint16_t pos = 0;    // literal / key bytes matched, \u digits
+    uint16_t pos = 0;    // literal / key bytes matched, \u digits, UTF-8 bytes to come
     uint32_t count = 0;  // array items, string code points, number bytes, property index
     uint64_t alive = 0;  // literal / key candidates still possible
   };

@@ -7,9 +7,27 @@ namespace crescent::engine::guided {
 
 namespace {
 
-bool is_plain_string_byte(char c) {
-  const auto b = static_cast<uint8_t>(c);
-  return b >= 0x20 && b != '"' && b != '\\';
+// Whole UTF-8 characters, none of them '"', '\\' or a control character: a free string
+// (Matcher::is_in_free_string) accepts them and is left as it was.
+bool is_plain_string_text(const std::string& t) {
+  size_t i = 0;
+  while (i < t.size()) {
+    const auto b = static_cast<uint8_t>(t[i]);
+    if (b < 0x20 || b == '"' || b == '\\' || (b >= 0x80 && b < 0xC2) || b > 0xF4) {
+      return false;
+    }
+    const size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    if (i + len > t.size()) {
+      return false;
+    }
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<uint8_t>(t[i + k]) & 0xC0) != 0x80) {
+        return false;
+      }
+    }
+    i += len;
+  }
+  return true;
 }
 
 }  // namespace
@@ -24,7 +42,7 @@ VocabTrie::VocabTrie(std::span<const std::string> token_bytes) {
     }
     ids.push_back(static_cast<int32_t>(id));
     max_depth_ = std::max(max_depth_, t.size());
-    if (std::all_of(t.begin(), t.end(), is_plain_string_byte)) {
+    if (is_plain_string_text(t)) {
       plain_string_ids_.push_back(static_cast<int32_t>(id));
     } else {
       not_plain.push_back(static_cast<int32_t>(id));

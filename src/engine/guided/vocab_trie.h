@@ -41,8 +41,9 @@ class VocabTrie {
   void walk(const Trie& trie, uint32_t node, size_t depth, std::vector<int32_t>* out) const;
 
   Trie all_;
-  // Inside a free string (Matcher::is_in_free_string) every token of plain string bytes is
-  // allowed as is, so only the others (with '"', '\\' or a control byte) need the walk.
+  // Inside a free string (Matcher::is_in_free_string) every token of whole plain UTF-8
+  // characters is allowed as is, so only the others (with '"', '\\', a control byte or a
+  // partial character) need the walk.
   std::vector<int32_t> plain_string_ids_;
   Trie not_plain_;
   size_t max_depth_ = 0;
