@@ -116,6 +116,12 @@ Status Engine::validate_request(const EngineRequest& request) const {
     }
   }
   RETURN_IF_ERROR(validate(request.sampling, vocab_size_));
+  if (request.sampling.guided.is_active() &&
+      static_cast<int32_t>(options_.token_bytes.size()) != vocab_size_) {
+    return invalid_argument(
+        "guided decoding (response_format, guided_json, guided_choice) needs the tokenizer's "
+        "token bytes, and this engine has none");
+  }
   if (!request.sampling.stop.empty() && !options_.make_detokenizer) {
     return invalid_argument("stop strings need a detokenizer, and this engine has none");
   }
@@ -146,6 +152,15 @@ Status Engine::add_request(EngineRequest request) {
   init_multimodal(*r, std::move(request.mm_items));
   if (options_.make_detokenizer) {
     r->detokenizer = options_.make_detokenizer(seq.sampling.skip_special_tokens);
+  }
+  if (seq.sampling.guided.is_active()) {
+    auto grammar = guided::compile(seq.sampling.guided);
+    CRESCENT_CHECK(grammar.is_ok())
+        << "validated constraint failed to compile: " << grammar.status().to_string();
+    r->guided.emplace(*std::move(grammar));
+    if (vocab_trie_ == nullptr) {
+      vocab_trie_ = std::make_unique<guided::VocabTrie>(options_.token_bytes);
+    }
   }
   r->pending.request_id = seq.request_id;
   scheduler_.add(&seq);
@@ -274,8 +289,17 @@ std::vector<RequestOutput> Engine::postprocess(const ScheduleResult& schedule,
         }
       }
     }
-    const int32_t token = sampler_.sample(logits, seq.sampling, seq.rng,
-                                          want_logprobs ? &logprobs : nullptr, masked_token_ids_);
+    compute_allowed_tokens(r);
+    const int32_t token =
+        sampler_.sample(logits, seq.sampling, seq.rng, want_logprobs ? &logprobs : nullptr,
+                        masked_token_ids_, allowed_token_ids_);
+    if (r.guided.has_value() && !contains(options_.eos_token_ids, token)) {
+      // The token was allowed, so its bytes advance the grammar; a failure (only when min_tokens
+      // forced a choice outside it) leaves the output unconstrained from here on.
+      if (!r.guided->advance(options_.token_bytes[token])) {
+        r.guided.reset();
+      }
+    }
     if (want_logprobs) {
       r.pending.logprobs.push_back(std::move(logprobs));
     }
@@ -286,6 +310,26 @@ std::vector<RequestOutput> Engine::postprocess(const ScheduleResult& schedule,
     }
   }
   return outputs;
+}
+
+void Engine::compute_allowed_tokens(Request& r) {
+  allowed_token_ids_.clear();
+  if (!r.guided.has_value()) {
+    return;
+  }
+  vocab_trie_->allowed_tokens(*r.guided, &allowed_token_ids_);
+  if (r.guided->is_accepting() || allowed_token_ids_.empty()) {
+    // A complete value may end here. Nothing allowed (a token-less dead end, e.g. the nesting
+    // limit) also ends it rather than letting the model write outside the grammar.
+    for (int32_t id : options_.eos_token_ids) {
+      if (id >= 0 && id < vocab_size_) {
+        allowed_token_ids_.push_back(id);
+      }
+    }
+  }
+  if (allowed_token_ids_.empty()) {
+    r.guided.reset();  // no EOS to end with: nothing can be enforced
+  }
 }
 
 void Engine::append_token(Request& r, int32_t token_id) {

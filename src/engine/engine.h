@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "engine/detokenizer.h"
 #include "engine/encoder_cache.h"
 #include "engine/encoder_runner.h"
+#include "engine/guided/matcher.h"
+#include "engine/guided/vocab_trie.h"
 #include "engine/kv_connector.h"
 #include "engine/kv_events.h"
 #include "engine/model_runner.h"
@@ -40,6 +43,9 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;
   // Makes one request's detokenizer. Empty: no text is produced and stop strings are refused.
   std::function<std::unique_ptr<Detokenizer>(bool skip_special_tokens)> make_detokenizer;
+  // Each token id's bytes as it decodes on its own ("" for special tokens), for guided
+  // decoding (SamplingParams::guided). Empty: guided requests are refused.
+  std::vector<std::string> token_bytes;
   // P/D disaggregation (see kv_connector.h): borrowed, must outlive the engine and the
   // EngineLoop running it. Null: a plain engine that refuses requests with kv_transfer_params.
   // Set it in the options before constructing the Engine; it cannot change afterwards.
@@ -164,6 +170,8 @@ class Engine {
     std::vector<int32_t> mrope_positions;  // [num_prompt_tokens][3] when mm_items is not empty
     int mrope_delta = 0;                   // later tokens: index + delta on every axis
     std::unique_ptr<Detokenizer> detokenizer;
+    // Guided decoding: where the output stands in its grammar. Absent: unconstrained.
+    std::optional<guided::Matcher> guided;
     std::string held_text;  // decoded but not returned: might begin a stop string
     // The leading bytes of held_text decoded before min_tokens was reached: no stop string
     // may end in them.
@@ -173,6 +181,9 @@ class Engine {
 
   Status run_batch(const ScheduleResult& schedule);
   std::vector<RequestOutput> postprocess(const ScheduleResult& schedule, const Status& run_status);
+  // Fills allowed_token_ids_ with what r's grammar allows next (EOS once the output is a
+  // complete value); empty when r is unconstrained.
+  void compute_allowed_tokens(Request& r);
   // Appends a sampled token and decides whether the request is finished.
   void append_token(Request& request, int32_t token_id);
   // Ends the request: its blocks are freed, or kept for the connector (see kv_connector.h).
@@ -215,6 +226,10 @@ class Engine {
   Scheduler scheduler_;
   Sampler sampler_;
   std::vector<int32_t> masked_token_ids_;  // scratch: what min_tokens holds back this draw
+  // Guided decoding: the vocabulary as a byte trie (built at the first guided request) and
+  // scratch for the tokens a request's grammar allows this draw.
+  std::unique_ptr<guided::VocabTrie> vocab_trie_;
+  std::vector<int32_t> allowed_token_ids_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   // Prefill side: finished requests whose blocks the connector holds until kBlocksReleased.
   std::unordered_map<std::string, Sequence> held_for_remote_;

@@ -162,6 +162,12 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   e.make_detokenizer = [tokenizer](bool skip_special_tokens) -> std::unique_ptr<Detokenizer> {
     return std::make_unique<TokenizerDetokenizer>(*tokenizer, skip_special_tokens);
   };
+  // Guided decoding matches these bytes; ids past the tokenizer's (padding rows of the
+  // embedding) stay empty, so they are never allowed.
+  e.token_bytes.assign(loaded->runner->vocab_size(), std::string());
+  for (int32_t id = 0; id < tokenizer->vocab_size() && id < loaded->runner->vocab_size(); ++id) {
+    e.token_bytes[id] = tokenizer->token_bytes(id);
+  }
   return loaded;
 }
 

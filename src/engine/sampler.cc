@@ -71,12 +71,15 @@ double Rng::next_double() {
 }
 
 int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
-                        TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids) {
+                        TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids,
+                        std::span<const int32_t> allowed_token_ids) {
   CRESCENT_CHECK(!logits.empty()) << "empty logits row";
   // logit_bias and the mask change what is chosen, not the logprobs reported (vLLM's
   // raw_logprobs): those come from the logits as the model gave them.
   std::span<const float> choice_logits = logits;
-  if (!params.logit_bias.empty() || !masked_token_ids.empty()) {
+  if (!allowed_token_ids.empty()) {
+    choice_logits = restrict_to(logits, params, masked_token_ids, allowed_token_ids);
+  } else if (!params.logit_bias.empty() || !masked_token_ids.empty()) {
     const auto vocab = static_cast<int32_t>(logits.size());
     adjusted_.assign(logits.begin(), logits.end());
     for (const auto& [id, bias] : params.logit_bias) {
@@ -95,6 +98,37 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& par
     fill_logprobs(logits, chosen, *params.logprobs, logprobs);
   }
   return chosen;
+}
+
+std::span<const float> Sampler::restrict_to(std::span<const float> logits,
+                                            const SamplingParams& params,
+                                            std::span<const int32_t> masked_token_ids,
+                                            std::span<const int32_t> allowed_token_ids) {
+  const auto vocab = static_cast<int32_t>(logits.size());
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  adjusted_.assign(logits.size(), kNegInf);
+  for (int32_t id : allowed_token_ids) {
+    CRESCENT_CHECK(id >= 0 && id < vocab) << "allowed token id " << id << " outside the vocab";
+    adjusted_[id] = logits[id];
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    adjusted_[id] += bias;
+  }
+  bool any_left = false;
+  for (int32_t id : masked_token_ids) {
+    adjusted_[id] = kNegInf;
+  }
+  for (int32_t id : allowed_token_ids) {
+    any_left = any_left || adjusted_[id] != kNegInf;
+  }
+  if (!any_left) {
+    // Only masked (or -inf) tokens are allowed: the constraint wins over min_tokens, and a
+    // token whose logit is -inf may still be drawn when nothing else is allowed.
+    for (int32_t id : allowed_token_ids) {
+      adjusted_[id] = std::max(logits[id], std::numeric_limits<float>::lowest());
+    }
+  }
+  return adjusted_;
 }
 
 int32_t Sampler::sample_random(std::span<const float> logits, const SamplingParams& params,

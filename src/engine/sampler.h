@@ -38,11 +38,17 @@ class Sampler {
   // Returns the chosen token id. Advances rng once unless the params are greedy. Fills
   // *logprobs when params.logprobs is set and logprobs != nullptr (from the logits as given).
   // masked_token_ids may not be chosen (min_tokens holds back EOS and stop tokens this way)
-  // unless every token is masked.
+  // unless every token is masked. A non-empty allowed_token_ids (guided decoding) is the only
+  // set that may be chosen from (masked ones removed unless that empties it).
   int32_t sample(std::span<const float> logits, const SamplingParams& params, Rng& rng,
-                 TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids = {});
+                 TokenLogprobs* logprobs, std::span<const int32_t> masked_token_ids = {},
+                 std::span<const int32_t> allowed_token_ids = {});
 
  private:
+  // adjusted_ with every token outside allowed_token_ids at -inf.
+  std::span<const float> restrict_to(std::span<const float> logits, const SamplingParams& params,
+                                     std::span<const int32_t> masked_token_ids,
+                                     std::span<const int32_t> allowed_token_ids);
   int32_t sample_random(std::span<const float> logits, const SamplingParams& params, Rng& rng);
   void fill_logprobs(std::span<const float> logits, int32_t chosen, int num_top,
                      TokenLogprobs* out);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/guided/grammar.h"
+
 namespace crescent::engine {
 namespace {
 
@@ -66,6 +68,9 @@ Status validate(const SamplingParams& p, int vocab_size) {
     if (i > 0 && p.logit_bias[i - 1].first >= id) {
       return invalid_argument("logit_bias must be ordered by token id, each id once");
     }
+  }
+  if (p.guided.is_active()) {
+    RETURN_IF_ERROR(guided::compile(p.guided).status());
   }
   return Status::ok();
 }

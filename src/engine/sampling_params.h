@@ -18,6 +18,21 @@ inline constexpr int kMaxLogprobs = 20;
 // OpenAI's bound on a logit_bias value.
 inline constexpr float kMaxLogitBias = 100.0f;
 
+// Structured output: the output must be one value of a grammar (see engine/guided/). A plain
+// value; the engine compiles it when the request is added.
+struct GuidedDecoding {
+  enum class Kind {
+    kNone,
+    kJsonObject,  // any JSON object (response_format json_object)
+    kJsonSchema,  // json_schema: a JSON Schema subset (response_format json_schema, guided_json)
+    kChoice,      // exactly one of choices, as raw text (guided_choice)
+  };
+  Kind kind = Kind::kNone;
+  std::string json_schema;           // kJsonSchema: the schema's JSON text
+  std::vector<std::string> choices;  // kChoice
+  bool is_active() const { return kind != Kind::kNone; }
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
   int32_t top_k = 0;         // 0 or -1: off
@@ -44,11 +59,15 @@ struct SamplingParams {
   // filters), as vLLM does.
   std::optional<int32_t> logprobs;
   bool skip_special_tokens = true;
+  // Constrains every sampled token so the output stays a prefix of the grammar's values, and
+  // allows EOS only once it is a complete value (and only EOS after a closed value).
+  GuidedDecoding guided;
 
   bool is_greedy() const { return temperature == 0.0f || top_k == 1; }
 };
 
-// InvalidArgument naming the first bad field, e.g. "temperature must be >= 0, got -1".
+// InvalidArgument naming the first bad field, e.g. "temperature must be >= 0, got -1". A guided
+// constraint is compiled to check it (an unsupported schema keyword is named).
 Status validate(const SamplingParams& params, int vocab_size);
 
 }  // namespace crescent::engine

@@ -1354,6 +1354,29 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return impl_->tokens[id];
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const Impl& t = *impl_;
+  if (id < 0 || id >= vocab_size() || !t.present[id] || t.special[id]) {
+    return "";
+  }
+  switch (t.decoder) {
+    case DecoderKind::kNone:
+      return t.tokens[id];
+    case DecoderKind::kByteLevel:
+      return t.token_bytes[id];
+    case DecoderKind::kPipeline:
+      break;
+  }
+  if (t.has_byte_fallback_decoder && t.byte_value[id] >= 0) {
+    return std::string(1, static_cast<char>(t.byte_value[id]));
+  }
+  std::string text = t.tokens[id];
+  for (const DecodeStep& step : t.steps) {
+    replace_all(&text, step.from, step.kind == StepKind::kReplace ? step.to : " ");
+  }
+  return text;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[id] != 0;
 }

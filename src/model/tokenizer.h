@@ -42,6 +42,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The vocabulary string of `id` (byte-level form for byte-level tokenizers); "" if unknown.
   std::string id_to_token(int32_t id) const;
+  // The bytes `id` contributes to decoded text when it follows other tokens (byte-level bytes,
+  // a byte-fallback byte, or the piece with its decoder replacements); "" for special and
+  // unknown ids. Guided decoding matches these against a grammar.
+  std::string token_bytes(int32_t id) const;
   // True for added tokens marked "special" in tokenizer.json.
   bool is_special(int32_t id) const;
 

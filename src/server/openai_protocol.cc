@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/json.h"
+#include "server/guided_request.h"
 
 namespace crescent::server {
 namespace {
@@ -394,9 +395,6 @@ bool is_null_or_zero(const json& v) {
 bool is_null_or_none(const json& v) {
   return v.is_null() || v == "none";
 }
-bool is_text_format(const json& v) {
-  return v.is_null() || (v.is_object() && v.size() == 1 && v.value("type", json()) == "text");
-}
 bool is_text_modality(const json& v) {
   return v.is_null() || v == json::array({"text"});
 }
@@ -414,14 +412,11 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"best_of", is_null_or_one, "null or 1"},
     {"use_beam_search", is_null_or_false, "null or false"},
     {"length_penalty", is_null_or_one, "null or 1"},
-    {"response_format", is_text_format, R"(null or {"type": "text"})"},
     {"functions", is_null_or_empty, "null or []"},
     {"function_call", is_null_or_none, R"(null or "none")"},
     {"documents", is_null, "null"},
     {"mm_processor_kwargs", is_null_or_empty, "null or {}"},
-    {"guided_json", is_null, "null"},
     {"guided_regex", is_null, "null"},
-    {"guided_choice", is_null, "null"},
     {"guided_grammar", is_null, "null"},
     {"structured_outputs", is_null, "null"},
     {"allowed_token_ids", is_null, "null"},
@@ -858,6 +853,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
   }
   CRESCENT_RETURN_IF_API_ERROR(refuse_unsupported(j, endpoint));
   CRESCENT_RETURN_IF_API_ERROR(parse_sampling(j, out));
+  CRESCENT_RETURN_IF_API_ERROR(parse_guided_decoding(body, j, &out->sampling.guided));
   if (endpoint == Endpoint::kChat) {
     CRESCENT_RETURN_IF_API_ERROR(parse_chat_render(j, out));
     if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {

@@ -293,21 +293,66 @@ TEST(OpenAiProtocolTest, DeepNestingIs400) {
   parse_ok(R"({"prompt":"x","user":)" + ok_deep + "}");
 }
 
+TEST(OpenAiProtocolTest, StructuredOutputFieldsBecomeGuidedDecoding) {
+  using Kind = engine::GuidedDecoding::Kind;
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  GenerationRequest r = parse_ok(chat + R"("response_format":{"type":"text"}})", Endpoint::kChat);
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kNone);
+  r = parse_ok(chat + R"("response_format":{"type":"json_object"}})", Endpoint::kChat);
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kJsonObject);
+  // The schema keeps the client's property order (the output follows it).
+  r = parse_ok(chat + R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+                      R"("schema":{"type":"object","properties":{"z":{"type":"integer"},)"
+                      R"("a":{"type":"string"}},"required":["z","a"]}}}})",
+               Endpoint::kChat);
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kJsonSchema);
+  EXPECT_LT(r.sampling.guided.json_schema.find("\"z\""),
+            r.sampling.guided.json_schema.find("\"a\""));
+  r = parse_ok(R"({"prompt":"x","guided_json":{"type":"array"}})");
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kJsonSchema);
+  r = parse_ok(R"({"prompt":"x","guided_json":"{\"type\": \"boolean\"}"})");
+  EXPECT_EQ(r.sampling.guided.json_schema, R"({"type": "boolean"})");
+  r = parse_ok(R"({"prompt":"x","guided_choice":["yes","no"]})");
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kChoice);
+  EXPECT_EQ(r.sampling.guided.choices, (std::vector<std::string>{"yes", "no"}));
+
+  struct Case {
+    std::string fields;
+    const char* param;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"("response_format":{"type":"xml"})", "response_format", "must be null or have"},
+      {R"("response_format":{"type":"json_schema"})", "response_format", "needs \"json_schema\""},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)"
+       R"({"type":"string","pattern":"a+"}}})",
+       "response_format", "unsupported JSON Schema keyword 'pattern' at $"},
+      {R"("guided_json":{"properties":{"d":{"type":"string","format":"date"}}})", "guided_json",
+       "'format' at $.properties.d"},
+      {R"("guided_json":3)", "guided_json", "must be a JSON Schema"},
+      {R"("guided_choice":"a")", "guided_choice", "list of strings"},
+      {R"("guided_choice":[])", "guided_choice", "1 to 64"},
+      {R"("guided_choice":["a"],"guided_json":{})", "guided_choice", "only one of"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = R"({"prompt":"x",)" + c.fields + "}";
+    ApiError e = parse_error(body);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, c.param) << body;
+    EXPECT_NE(e.message.find(c.message), std::string::npos) << body << " -> " << e.message;
+  }
+}
+
 TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
   const char* refused[] = {
       R"("best_of":2)",
       R"("use_beam_search":true)",
       R"("length_penalty":0.5)",
-      R"("response_format":{"type":"json_object"})",
-      R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
-      R"("response_format":{"type":"text","extra":1})",
       R"("functions":[{"name":"f"}])",
       R"("function_call":"auto")",
       R"("documents":[])",
       R"("mm_processor_kwargs":{"fps":1})",
-      R"("guided_json":{"type":"object"})",
       R"("guided_regex":"a+")",
-      R"("guided_choice":["a","b"])",
       R"("guided_grammar":"root ::= \"a\"")",
       R"("structured_outputs":{"regex":"a"})",
       R"("allowed_token_ids":[1,2])",

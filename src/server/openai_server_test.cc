@@ -336,7 +336,9 @@ TEST_F(OpenAiServerTest, SamplingExtensionsCheckedAgainstTheEngine) {
       // The completions default max_tokens is 16; chat's is the rest of the 64-token context.
       {"/v1/completions", R"({"prompt":"a","min_tokens":17})", "min_tokens"},
       {"/v1/chat/completions", chat + R"("min_tokens":64})", "min_tokens"},
-      {"/v1/chat/completions", chat + R"("response_format":{"type":"json_object"}})",
+      {"/v1/chat/completions",
+       chat + R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+              R"("schema":{"type":"object","minProperties":1}}}})",
        "response_format"},
       {"/v1/chat/completions", chat + R"("tools":[{"type":"function"}]})", "tools"},
       {"/v1/completions", R"({"prompt":"a","best_of":3})", "best_of"},
