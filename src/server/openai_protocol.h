@@ -40,10 +40,12 @@ struct ImageRef {
 };
 
 // What a chat request asks of its tools, with vLLM's rules: tools given without tool_choice
-// mean "auto". "required" and a named function are refused (they need guided decoding).
+// mean "auto".
 enum class ToolChoice {
-  kNone,  // no tools, an empty list, or tool_choice "none": the tools only reach the template
-  kAuto,  // the model may call a tool: its output is parsed for calls (--tool-call-parser)
+  kNone,      // no tools, an empty list, or tool_choice "none": the tools only reach the template
+  kAuto,      // the model may call a tool: its output is parsed for calls (--tool-call-parser)
+  kRequired,  // "required": guided decoding makes the output a JSON array of calls
+  kNamed,     // {"type": "function", ...}: the output is the named function's arguments
 };
 
 struct GenerationRequest {
@@ -61,6 +63,7 @@ struct GenerationRequest {
   // kChat. Whether the server can parse calls (kAuto) is checked by the server, which knows
   // its --tool-call-parser.
   ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_choice_name;  // kNamed: the function
   // kChat, OpenAI's parallel_tool_calls: false keeps only the first call parsed.
   bool parallel_tool_calls = true;
   engine::SamplingParams sampling;

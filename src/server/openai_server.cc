@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
+#include "server/forced_tool_choice.h"
 #include "server/openai_protocol.h"
 #include "server/token_endpoints.h"
 
@@ -164,8 +165,50 @@ struct OpenAiServer::Call {
   bool parses_tool_calls = false;
   std::unique_ptr<ToolCallStreamer> tool_streamer;
   int num_tool_calls_sent = 0;
+  // Chat with tool_choice "required" or a named function: the output is the calls' JSON
+  // (forced_tool_choice.h). Streamed, a named call's arguments go out as they come, "required"
+  // calls once the array is complete.
+  bool forces_tool_calls = false;
   std::mutex mu;  // orders the stream's start before its first output
+
+  void append_forced_call_deltas(const GenerationOutput& out, std::vector<json>* deltas);
 };
+
+// The deltas of one streamed output of a forced tool choice. Named: the call's head (index,
+// id, type, name) with the first output, then each piece of text as arguments, as vLLM
+// streams it. "required": the calls once the array is complete, or the text as content when
+// the output did not complete it.
+void OpenAiServer::Call::append_forced_call_deltas(const GenerationOutput& out,
+                                                   std::vector<json>* deltas) {
+  Call& call = *this;
+  const GenerationRequest& req = call.request;
+  if (req.tool_choice == ToolChoice::kNamed) {
+    if (call.num_tool_calls_sent == 0) {
+      call.num_tool_calls_sent = 1;
+      deltas->push_back(
+          {{"tool_calls",
+            json::array({{{"index", 0},
+                          {"id", tool_parser_internal::new_tool_call_id()},
+                          {"type", "function"},
+                          {"function", {{"name", req.tool_choice_name}, {"arguments", ""}}}}})}});
+    }
+    if (!out.new_text.empty()) {
+      deltas->push_back(
+          {{"tool_calls",
+            json::array({{{"index", 0}, {"function", {{"arguments", out.new_text}}}}})}});
+    }
+    return;
+  }
+  call.text += out.new_text;
+  if (!out.finished) {
+    return;
+  }
+  if (auto calls = forced_tool_calls(req, call.text)) {
+    append_tool_call_deltas(*calls, &call.num_tool_calls_sent, deltas);
+  } else if (!call.text.empty()) {
+    deltas->push_back({{"content", call.text}});
+  }
+}
 
 OpenAiServer::OpenAiServer(OpenAiServerOptions options) : options_(std::move(options)) {}
 
@@ -452,6 +495,8 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
       call->tool_streamer = tool_parser_->start_stream();
     }
   }
+  call->forces_tool_calls =
+      req.tool_choice == ToolChoice::kNamed || req.tool_choice == ToolChoice::kRequired;
 
   // EPD: the encoder outputs this request's images may take instead of encoding here.
   std::vector<EcItem> ec_items;
@@ -825,7 +870,9 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       // Chat: the deltas of this output in order (content, then each call that completed);
       // logprobs go on the first, the finish reason on the last.
       std::vector<json> deltas;
-      if (chat && call->tool_streamer != nullptr) {
+      if (chat && call->forces_tool_calls) {
+        call->append_forced_call_deltas(out, &deltas);
+      } else if (chat && call->tool_streamer != nullptr) {
         ToolStreamDelta d = call->tool_streamer->push(out.new_text, /*is_end=*/out.finished);
         if (!d.content.empty()) {
           deltas.push_back({{"content", std::move(d.content)}});
@@ -892,7 +939,17 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
                        {"stop_reason", stop_reason}};
         if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", call->text}};
-          if (call->parses_tool_calls) {
+          if (call->forces_tool_calls) {
+            // vLLM's shape: empty content beside the calls. Output that is not the calls'
+            // JSON (cut by max_tokens or a stop string) stays content.
+            if (auto calls = forced_tool_calls(req, call->text)) {
+              choice["message"]["content"] = "";
+              choice["message"]["tool_calls"] = json::array();
+              for (const ToolCall& c : *calls) {
+                choice["message"]["tool_calls"].push_back(tool_call_json(c));
+              }
+            }
+          } else if (call->parses_tool_calls) {
             ExtractedToolCalls parsed = tool_parser_->extract(call->text);
             if (!req.parallel_tool_calls && parsed.calls.size() > 1) {
               parsed.calls.resize(1);
