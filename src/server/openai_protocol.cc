@@ -546,8 +546,12 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
   }
   present = false;
   CRESCENT_RETURN_IF_API_ERROR(get_int(body, "n", &i, &present));
-  if (present && i != 1) {
-    return bad_request("only n=1 is supported", "n");
+  if (present && (i < 1 || i > kMaxChoices)) {
+    return bad_request(
+        "'n' must be from 1 to " + std::to_string(kMaxChoices) + ", got " + std::to_string(i), "n");
+  }
+  if (present) {
+    out->n = static_cast<int>(i);
   }
   CRESCENT_RETURN_IF_API_ERROR(parse_stop(body, &s));
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {

@@ -48,6 +48,8 @@ enum class ToolChoice {
   kNamed,     // {"type": "function", ...}: the output is the named function's arguments
 };
 
+inline constexpr int kMaxChoices = 128;  // OpenAI's bound on n
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // "" when absent
@@ -67,6 +69,9 @@ struct GenerationRequest {
   // kChat, OpenAI's parallel_tool_calls: false keeps only the first call parsed.
   bool parallel_tool_calls = true;
   engine::SamplingParams sampling;
+  // OpenAI's n: independent choices of the same prompt (the engine's prefix cache shares the
+  // prompt's KV blocks between them). 1..kMaxChoices.
+  int n = 1;
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;
