@@ -42,17 +42,6 @@ void write_group_status(ByteWriter& w, const Status& s) {
   w.bytes(msg.substr(0, wire::kMaxGroupStatusMessageBytes));
 }
 
-std::string to_hex(std::string_view bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
 Result<std::string> from_hex(std::string_view hex) {
   if (hex.size() % 2 != 0)
     return invalid_argument("odd-length hex string");

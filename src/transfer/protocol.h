@@ -29,7 +29,7 @@ Status read_status(net::ByteReader& r);
 // A status in a GROUP_ACK: its text is cut so that a whole group's statuses stay bounded.
 void write_group_status(net::ByteWriter& w, const Status& s);
 
-std::string to_hex(std::string_view bytes);
+// The inverse of net::auth::to_hex (lower-case hex).
 Result<std::string> from_hex(std::string_view hex);
 
 // "unix:@NAME" or "tcp:HOST:PORT".
