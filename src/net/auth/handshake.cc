@@ -33,9 +33,7 @@ void drain_briefly(const Fd& fd) {
   size_t total = 0;
   while (total < (1u << 20)) {
     pollfd p{fd.get(), POLLIN, 0};
-    const auto left = deadline.remaining();
-    const int ms =
-        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count());
+    const int ms = static_cast<int>(deadline.remaining_ms());
     if (ms <= 0 || ::poll(&p, 1, ms) <= 0)
       return;
     const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
@@ -140,13 +138,17 @@ Status authenticate_client(const Fd& fd, const std::string& token,
                                       std::to_string(timeout.count()) + " ms"),
                     "authentication timed out");
     }
+    if (hello.status().code() == StatusCode::kUnavailable) {
+      // Connected and closed without a byte: a liveness probe (the bootstrap's), not a refusal.
+      return unavailable("peer closed the connection before authenticating");
+    }
     return refuse(permission_denied("peer did not authenticate: " + hello.status().message()),
-                  "this worker requires authentication");
+                  "authentication required");
   }
   if (hello->type != kAuthHello || hello->payload.size() != kNonceBytes) {
     return refuse(permission_denied("peer did not authenticate (first frame type " +
                                     std::to_string(hello->type) + ")"),
-                  "this worker requires authentication; set --auth-token-file");
+                  "authentication required");
   }
   const std::string& client_nonce = hello->payload;
   const std::string server_nonce = random_bytes(kNonceBytes);
@@ -174,9 +176,10 @@ Status authenticate_client(const Fd& fd, const std::string& token,
 Status refusal_in_reply(const Frame& reply, const std::string& peer) {
   if (reply.type != kAuthRefused)
     return Status::ok();
-  return permission_denied(peer + " requires authentication and this worker has no auth token (" +
-                           reply.payload.substr(0, 256) +
-                           "); set --auth-token-file or CRESCENT_AUTH_TOKEN");
+  return permission_denied(
+      peer + " requires authentication (it answered: " + reply.payload.substr(0, 256) +
+      ") and this worker has no auth token; set --auth-token-file or "
+      "CRESCENT_AUTH_TOKEN");
 }
 
 uint64_t num_refused_connections() {

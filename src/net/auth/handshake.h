@@ -49,7 +49,9 @@ Status authenticate_to_server(const Fd& fd, const std::string& token, const std:
 // Server side. Empty token: returns OK without touching the socket. Otherwise reads the
 // client's first frame; anything but a correct handshake within `timeout` is refused
 // (AUTH_REFUSED sent when the socket still takes it), counted, logged with the peer's address,
-// and returned as PermissionDenied / DeadlineExceeded. The caller closes the connection.
+// and returned as PermissionDenied / DeadlineExceeded; a peer that closes before sending a byte
+// (a liveness probe) is Unavailable, neither logged nor counted. The caller closes the
+// connection.
 Status authenticate_client(const Fd& fd, const std::string& token,
                            std::chrono::milliseconds timeout = kDefaultHandshakeTimeout);
 

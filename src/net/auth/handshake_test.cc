@@ -106,6 +106,15 @@ TEST(AuthHandshake, SilentPeerIsCutAfterTheTimeout) {
   EXPECT_LT(elapsed, std::chrono::seconds(2));
 }
 
+TEST(AuthHandshake, ConnectAndCloseIsAQuietProbe) {
+  Pair p = socket_pair();
+  const uint64_t before = num_refused_connections();
+  p.client.reset();
+  Status s = authenticate_client(p.server, "server-token-0123456", std::chrono::milliseconds(2000));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_EQ(num_refused_connections(), before);
+}
+
 TEST(AuthHandshake, GarbageFirstBytesAreRefused) {
   Pair p = socket_pair();
   const std::string garbage = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
