@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -136,6 +137,7 @@ TEST_F(PdAuthTest, SharedTokenServesAndAWrongTokenIsRefusedClearly) {
   EXPECT_EQ(ok.usage_of("completion_tokens"), 6) << ok.describe();
 
   Reply refused = direct_pair(decode_wrong_, body);
+  std::printf("decode with the wrong token: %s\n", refused.describe().c_str());
   EXPECT_FALSE(refused.is_ok());
   EXPECT_GE(refused.status, 400) << refused.describe();
   EXPECT_TRUE(contains(refused.error_message, "authentication") ||
