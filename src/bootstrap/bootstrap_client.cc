@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "bootstrap/request_signing.h"
 #include "bootstrap/wire.h"
 #include "core/logging.h"
 #include "net/http/http_client.h"
@@ -25,12 +26,16 @@ Deadline earlier(Deadline a, Deadline b) {
 }
 
 Result<net::http::Response> call(const std::string& url, std::string_view method,
-                                 std::string_view target, std::string body, Deadline deadline) {
+                                 std::string_view target, std::string body, Deadline deadline,
+                                 const std::string& auth_token = {}) {
   ASSIGN_OR_RETURN(auto host_port, parse_http_url(url));
   net::http::HttpClient client(host_port.first, host_port.second);
   net::http::Headers headers;
   if (!body.empty()) {
     headers["Content-Type"] = "application/json";
+  }
+  if (!auth_token.empty()) {
+    headers["Authorization"] = sign_request(auth_token, method, target, body, unix_seconds_now());
   }
   auto response = client.request(method, target, std::move(body), headers, deadline);
   if (!response.is_ok()) {
@@ -71,8 +76,8 @@ Status register_worker(const std::string& url, const WorkerRegistration& registr
 Result<Renewal> renew_registration(const std::string& url, const WorkerRegistration& registration,
                                    Deadline deadline) {
   const std::string what = "bootstrap POST " + url + "/register";
-  ASSIGN_OR_RETURN(auto response,
-                   call(url, "POST", "/register", registration_json(registration), deadline));
+  ASSIGN_OR_RETURN(auto response, call(url, "POST", "/register", registration_json(registration),
+                                       deadline, registration.auth_token));
   Renewal renewal;
   if (response.status == 409 && parse_error_json(response.body).code == "registration_fenced") {
     renewal.is_fenced = true;
