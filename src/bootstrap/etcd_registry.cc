@@ -5,6 +5,7 @@
 
 #include "bootstrap/etcd_registry.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -14,6 +15,8 @@
 #include "bootstrap/etcd_client.h"
 #include "bootstrap/wire.h"
 #include "core/json.h"
+#include "core/logging.h"
+#include "net/socket.h"
 
 namespace crescent::bootstrap {
 namespace {
@@ -146,7 +149,33 @@ Result<Renewal> renew_encoder(const EtcdUrl& u, EtcdClient& client, const Worker
   return Renewal{Registered{epoch, lease.second, false}, false, ""};
 }
 
-Result<Renewal> renew(const std::string& url, const WorkerRegistration& r, Deadline deadline) {
+// True when something accepts a TCP connection at the "tcp://host:port" of the owner's tp 0 /
+// pp 0 worker within 500 ms (a worker killed with -9 refuses at once), or when that cannot be
+// told (no such key, etcd failed): only an owner seen gone is replaced before its lease lapses.
+bool owner_answers(const EtcdUrl& u, EtcdClient& client, int dp, const EtcdKv& owner,
+                   Deadline deadline) {
+  WorkerRegistration first;
+  first.dp_rank = dp;
+  auto kv = client.get(worker_key(u, first), deadline);
+  if (!kv.is_ok() || !kv->has_value()) {
+    return true;
+  }
+  auto value = parse_worker_value((*kv)->value);
+  if (!value || value->first != owner.value) {
+    return true;
+  }
+  auto host_port = parse_tcp_addr(value->second);
+  if (!host_port.is_ok()) {
+    return true;
+  }
+  Deadline probe = Deadline::after_ms(std::min<int64_t>(500, deadline.remaining_ms()));
+  return net::connect_tcp(host_port->first, host_port->second, probe).is_ok();
+}
+
+// may_replace: a registration (not a renewal) may take the rank of an owner that no longer
+// answers at its address, as the HTTP bootstrap does, instead of waiting for its lease.
+Result<Renewal> renew(const std::string& url, const WorkerRegistration& r, bool may_replace,
+                      Deadline deadline) {
   ASSIGN_OR_RETURN(EtcdUrl u, parse_etcd_url(url));
   if (Status s = check_registration(r); !s.is_ok()) {
     return s.with_context("etcd registration of engine '" + r.engine_id + "'");
@@ -205,6 +234,22 @@ Result<Renewal> renew(const std::string& url, const WorkerRegistration& r, Deadl
   ASSIGN_OR_RETURN(auto created,
                    client.create_if_absent(owner, {{owner, r.engine_id}, {worker, worker_value(r)}},
                                            lease, deadline));
+  if (!created.created && created.existing.value != r.engine_id && may_replace &&
+      !owner_answers(u, client, r.dp_rank, created.existing, deadline)) {
+    // The owner is gone (its address refuses connections): end its lease, which takes its
+    // keys, and try once more (another newcomer may still win the race).
+    CRESCENT_LOG(kInfo) << "bootstrap: dp_rank " << r.dp_rank << " at " << url << ": owner '"
+                        << created.existing.value
+                        << "' does not answer at its address; replacing it";
+    if (created.existing.lease != 0) {
+      RETURN_IF_ERROR(client.revoke_lease(created.existing.lease, deadline));
+    } else {
+      RETURN_IF_ERROR(client.delete_key(owner, deadline));
+    }
+    ASSIGN_OR_RETURN(
+        created, client.create_if_absent(owner, {{owner, r.engine_id}, {worker, worker_value(r)}},
+                                         lease, deadline));
+  }
   if (created.created) {
     return Renewal{Registered{static_cast<uint64_t>(created.revision), granted, false}, false, ""};
   }
@@ -226,7 +271,7 @@ Result<Renewal> renew(const std::string& url, const WorkerRegistration& r, Deadl
 
 Status etcd_register_worker(const std::string& url, const WorkerRegistration& registration,
                             Deadline deadline) {
-  ASSIGN_OR_RETURN(Renewal renewal, renew(url, registration, deadline));
+  ASSIGN_OR_RETURN(Renewal renewal, renew(url, registration, /*may_replace=*/true, deadline));
   if (renewal.is_fenced) {
     // The owner's keys vanish within its ttl once it is gone: worth retrying.
     return unavailable(renewal.fenced_reason + "; waiting for its lease to expire");
@@ -236,7 +281,7 @@ Status etcd_register_worker(const std::string& url, const WorkerRegistration& re
 
 Result<Renewal> etcd_renew_registration(const std::string& url,
                                         const WorkerRegistration& registration, Deadline deadline) {
-  return renew(url, registration, deadline);
+  return renew(url, registration, /*may_replace=*/false, deadline);
 }
 
 Result<QueryResult> etcd_query(const std::string& url, Deadline deadline) {

@@ -9,7 +9,8 @@
 // each under an etcd lease of the worker's lease ttl that the worker keeps alive (LeaseKeeper
 // calls etcd_renew_registration every ttl/3), so a crashed worker's keys vanish by themselves
 // and a restarted one (new engine id) takes the dp rank over with a higher epoch. A live owner
-// is never overwritten: the owner key is created in a transaction only if absent.
+// is never overwritten: the owner key is created in a transaction only if absent; an owner
+// whose address refuses connections (killed) is replaced at once by revoking its lease.
 
 #include <string>
 #include <string_view>
@@ -19,9 +20,9 @@
 
 namespace crescent::bootstrap {
 
-// Like register_worker, but a dp rank held by another engine whose lease is alive is
-// Unavailable (its key expires within the owner's ttl once it is gone, so
-// register_with_retry waits for that) instead of AlreadyExists.
+// Like register_worker, but a dp rank held by another engine whose lease is alive and that
+// answers at its address is Unavailable (its key expires within the owner's ttl once it stops
+// renewing, so register_with_retry waits for that) instead of AlreadyExists.
 Status etcd_register_worker(const std::string& url, const WorkerRegistration& registration,
                             Deadline deadline);
 // Keeps the registration's lease alive, re-creating the keys when they expired (etcd was

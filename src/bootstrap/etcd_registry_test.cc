@@ -42,6 +42,14 @@ class EtcdTest : public ::testing::Test {
   std::unique_ptr<crescent::testing::EtcdProcess> etcd_;
 };
 
+// An address something answers at, for as long as *listener lives.
+std::string live_addr(net::Fd* listener) {
+  auto fd = net::listen_tcp("127.0.0.1", 0);
+  CRESCENT_CHECK(fd.is_ok());
+  *listener = std::move(*fd);
+  return "tcp://127.0.0.1:" + std::to_string(*net::local_port(*listener));
+}
+
 // A port nothing listens on.
 int dead_port() {
   auto fd = net::listen_tcp("127.0.0.1", 0);
@@ -125,17 +133,20 @@ TEST_F(EtcdTest, KvAndLeases) {
 
 TEST_F(EtcdTest, RegisterQueryRenewAndConflict) {
   const std::string url = etcd_->url("/reg");
-  ASSERT_TRUE(register_worker(url, worker("p1", 0, 30), soon()).is_ok());
+  net::Fd p1_listener;
+  WorkerRegistration p1 = worker("p1", 0, 30);
+  p1.addr = live_addr(&p1_listener);  // p1 is alive: it answers at its address
+  ASSERT_TRUE(register_worker(url, p1, soon()).is_ok());
   ASSERT_TRUE(register_worker(url, worker("p1b", 1, 30), soon()).is_ok());
   auto table = query(url, soon());
   ASSERT_TRUE(table.is_ok()) << table.status().to_string();
   ASSERT_EQ(table->size(), 2u);
   EXPECT_EQ(table->at(0).engine_id, "p1");
   EXPECT_GT(table->at(0).epoch, 0u);
-  EXPECT_EQ(table->at(0).worker_addr.at(0).at(0), "tcp://127.0.0.1:17000");
+  EXPECT_EQ(table->at(0).worker_addr.at(0).at(0), p1.addr);
   EXPECT_EQ(table->at(1).engine_id, "p1b");
 
-  auto renewed = renew_registration(url, worker("p1", 0, 30), soon());
+  auto renewed = renew_registration(url, p1, soon());
   ASSERT_TRUE(renewed.is_ok()) << renewed.status().to_string();
   EXPECT_FALSE(renewed->is_fenced);
   EXPECT_TRUE(renewed->granted.is_renewal);
@@ -161,25 +172,47 @@ TEST_F(EtcdTest, RegisterQueryRenewAndConflict) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
-TEST_F(EtcdTest, CrashedOwnerExpiresAndIsReplacedWithAHigherEpoch) {
+TEST_F(EtcdTest, SilentOwnerExpiresAndIsReplacedWithAHigherEpoch) {
   const std::string url = etcd_->url("/crash");
-  ASSERT_TRUE(register_worker(url, worker("old", 0, 2), soon()).is_ok());
+  // "old" still answers at its address (frozen, its sockets open) but renews nothing: the
+  // replacement retries until its lease runs out.
+  net::Fd old_listener;
+  WorkerRegistration old_reg = worker("old", 0, 2);
+  old_reg.addr = live_addr(&old_listener);
+  ASSERT_TRUE(register_worker(url, old_reg, soon()).is_ok());
   uint64_t old_epoch = query(url, soon())->at(0).epoch;
-  // "old" stops renewing (it crashed): the replacement retries until the lease runs out.
   auto start = std::chrono::steady_clock::now();
   Status s = register_with_retry(url, worker("new", 0, 2), Deadline::after_ms(20'000));
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_GT(waited, 0.5);          // it did wait for the lease
   EXPECT_LT(waited, 2 * 2 + 1.0);  // within 2x the ttl (etcd checks expiry every 500 ms)
   auto table = query(url, soon());
   ASSERT_TRUE(table.is_ok());
   EXPECT_EQ(table->at(0).engine_id, "new");
   EXPECT_GT(table->at(0).epoch, old_epoch);
   // The old engine, back, is fenced.
-  auto renewed = renew_registration(url, worker("old", 0, 2), soon());
+  auto renewed = renew_registration(url, old_reg, soon());
   ASSERT_TRUE(renewed.is_ok()) << renewed.status().to_string();
   EXPECT_TRUE(renewed->is_fenced);
   EXPECT_NE(renewed->fenced_reason.find("'new'"), std::string::npos) << renewed->fenced_reason;
+}
+
+TEST_F(EtcdTest, OwnerThatRefusesConnectionsIsReplacedAtOnce) {
+  const std::string url = etcd_->url("/dead");
+  WorkerRegistration old_reg = worker("old", 0, 30);
+  old_reg.addr = "tcp://127.0.0.1:" + std::to_string(dead_port());  // killed with -9
+  ASSERT_TRUE(register_worker(url, old_reg, soon()).is_ok());
+  uint64_t old_epoch = query(url, soon())->at(0).epoch;
+  auto start = std::chrono::steady_clock::now();
+  Status s = register_worker(url, worker("new", 0, 30), soon());
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_LT(waited, 1.0);  // not the 30 s lease
+  auto table = query(url, soon());
+  EXPECT_EQ(table->at(0).engine_id, "new");
+  EXPECT_GT(table->at(0).epoch, old_epoch);
+  EXPECT_TRUE(renew_registration(url, old_reg, soon())->is_fenced);
 }
 
 TEST_F(EtcdTest, LeaseKeeperKeepsTheRegistrationPastItsTtl) {
