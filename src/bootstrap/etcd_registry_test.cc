@@ -252,7 +252,7 @@ TEST_F(EtcdTest, EncodersRegisterAndResolve) {
   EXPECT_EQ(*resolver.resolve_encoder(url, "enc-1", soon()), "tcp://127.0.0.1:18001");
 }
 
-TEST_F(EtcdTest, EtcdDownIsUnavailableAndRenewalResumesNothingLost) {
+TEST_F(EtcdTest, EtcdDownIsUnavailable) {
   const std::string url = etcd_->url("/down");
   ASSERT_TRUE(register_worker(url, worker("w", 0, 30), soon()).is_ok());
   etcd_->kill_now();

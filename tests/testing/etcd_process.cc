@@ -48,6 +48,14 @@ int free_port() {
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  // Everything the child needs is built before fork(): between fork and exec a child of a
+  // threaded process may only make async-signal-safe calls (no malloc).
+  std::vector<char*> argv;
+  for (const std::string& a : args) {
+    argv.push_back(const_cast<char*>(a.c_str()));
+  }
+  argv.push_back(nullptr);
+  const char* log = log_path.c_str();
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid != 0) {
@@ -57,17 +65,12 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
   if (::getppid() != parent) {
     ::_exit(127);
   }
-  int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = ::open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::close(fd);
   }
-  std::vector<char*> argv;
-  for (const std::string& a : args) {
-    argv.push_back(const_cast<char*>(a.c_str()));
-  }
-  argv.push_back(nullptr);
   ::execv(argv[0], argv.data());
   ::_exit(127);
 }
