@@ -263,6 +263,27 @@ TEST_F(EtcdTest, EtcdDownIsUnavailable) {
       << renewed.status().to_string();
 }
 
+TEST_F(EtcdTest, RenewalAfterTheLeaseLapsedRecreatesTheKeys) {
+  const std::string url = etcd_->url("/lapse");
+  WorkerRegistration r = worker("w", 0, 30);
+  ASSERT_TRUE(register_worker(url, r, soon()).is_ok());
+  auto before = query(url, soon());
+  ASSERT_TRUE(before.is_ok());
+  // The lease ran out while etcd was out of reach (revoked here: the same for the keys).
+  auto owner = client().get("/lapse/engines/0/owner", soon());
+  ASSERT_TRUE(owner.is_ok() && owner->has_value());
+  ASSERT_TRUE(client().revoke_lease((*owner)->lease, soon()).is_ok());
+  EXPECT_TRUE(query(url, soon())->empty());
+  auto renewed = renew_registration(url, r, soon());
+  ASSERT_TRUE(renewed.is_ok()) << renewed.status().to_string();
+  EXPECT_FALSE(renewed->is_fenced);
+  EXPECT_FALSE(renewed->granted.is_renewal);
+  auto after = query(url, soon());
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_EQ(after->at(0).engine_id, "w");
+  EXPECT_GT(after->at(0).epoch, before->at(0).epoch);
+}
+
 TEST_F(EtcdTest, BadRegistrationsAreRefused) {
   const std::string url = etcd_->url();
   WorkerRegistration r = worker("a/b", 0);

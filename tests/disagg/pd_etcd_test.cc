@@ -178,5 +178,23 @@ TEST_F(PdEtcdTest, DecodeKilledPrefillFreesItsBlocksWithinTwoSeconds) {
   EXPECT_LE(freed_ms, slack_ms(2000));
 }
 
+// etcd gone: P cannot renew its lease and the proxy cannot read the engine ids, yet every
+// process keeps serving with what it knows (P's engine id, D's resolved address), and the
+// proxy says the prefill is not up in its metrics.
+TEST_F(PdEtcdTest, EtcdDownKeepsServingWithWhatEveryProcessKnows) {
+  Reply before = through_proxy(1);
+  ASSERT_TRUE(before.is_ok()) << before.describe();
+  etcd_->kill_now();
+  // Past the lease ttl and several proxy polls.
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(kLeaseTtlS * 1500)));
+  for (int i = 0; i < 3; ++i) {
+    Reply r = through_proxy(10 + i);
+    EXPECT_TRUE(r.is_ok()) << "with etcd down: " << r.describe();
+  }
+  std::string error;
+  auto m = read_metrics(pd_.proxy.port, &error);
+  EXPECT_EQ(metric_sum(m, "crescent_proxy_prefill_ready", {}), 0) << error;
+}
+
 }  // namespace
 }  // namespace crescent::testing
