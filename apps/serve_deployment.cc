@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bootstrap/etcd_registry.h"
 #include "core/ids.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
@@ -28,7 +29,9 @@ void DisaggFlags::add_to(FlagParser& flags) {
             "prefill: port of the bootstrap server that rank 0 hosts (0: any free port)");
   flags.add("bootstrap-addr", &bootstrap_addr,
             "prefill: register with this external bootstrap server (http://HOST:PORT, e.g. "
-            "`crescent bootstrap`) instead of hosting one; encode: register the EC listener "
+            "`crescent bootstrap`) instead of hosting one, or in etcd "
+            "(etcd://HOST:2379[/PREFIX], default prefix /crescent; one prefix per prefill "
+            "instance: keys under a lease, docs/bootstrap.md); encode: register the EC listener "
             "there (role encode) and name it in ec_transfer_params, so that prefill workers "
             "resolve this encoder through it");
   flags.add("data-parallel-size", &data_parallel_size,
@@ -88,9 +91,8 @@ Status DisaggFlags::validate() {
         "--data-parallel-size");
   }
   if (!bootstrap_addr.empty()) {
-    auto parsed = bootstrap::parse_http_url(bootstrap_addr);
-    if (!parsed.is_ok()) {
-      return invalid_argument("--bootstrap-addr: " + parsed.status().message());
+    if (Status s = bootstrap::check_bootstrap_url(bootstrap_addr); !s.is_ok()) {
+      return invalid_argument("--bootstrap-addr: " + s.message());
     }
     while (!bootstrap_addr.empty() && bootstrap_addr.back() == '/') {
       bootstrap_addr.pop_back();
