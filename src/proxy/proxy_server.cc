@@ -388,15 +388,15 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
     }
   } else if (path == "/health") {
     if (require_method("GET")) {
-      if (is_ready() && decode_health_.num_up() == 0) {
+      if (!is_ready()) {
+        send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for());
+      } else if (decode_health_.num_up() == 0) {
         // A load balancer in front must not send here: every request would get a 503.
         send_error(*writer, 503,
                    std::string("not ready: no ") + (is_pd_mode() ? "pd" : "decode") +
                        " server is up: " + decode_health_.describe_down());
-      } else if (is_ready()) {
-        writer->send(200, "application/json", R"({"status":"ok"})");
       } else {
-        send_error(*writer, 503, "not ready: waiting for " + registry_.waiting_for());
+        writer->send(200, "application/json", R"({"status":"ok"})");
       }
     }
   } else if (path == "/metrics") {
