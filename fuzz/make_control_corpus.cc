@@ -1,6 +1,8 @@
 // Writes the seed inputs of control_frame_fuzz: real payloads produced by the encoders in the
 // code, each prefixed with the selector byte control_frame_fuzz.cc reads. Usage:
-//   make_control_corpus DIR      (scripts/fuzz.sh --seed-corpus; the result is committed)
+//   build/fuzz/make_control_corpus DIR
+// (built by `cmake --build build/fuzz --target make_control_corpus`; its output, minimized with
+// the long runs' finds, is fuzz/corpus/control_frame_fuzz)
 
 #include <cstdint>
 #include <cstdio>
