@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bootstrap/etcd_registry.h"
 #include "core/ids.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
+#include "net/auth/auth_token.h"
+#include "net/auth/handshake.h"
 
 namespace crescent::apps {
 
@@ -26,7 +29,9 @@ void DisaggFlags::add_to(FlagParser& flags) {
             "prefill: port of the bootstrap server that rank 0 hosts (0: any free port)");
   flags.add("bootstrap-addr", &bootstrap_addr,
             "prefill: register with this external bootstrap server (http://HOST:PORT, e.g. "
-            "`crescent bootstrap`) instead of hosting one; encode: register the EC listener "
+            "`crescent bootstrap`) instead of hosting one, or in etcd "
+            "(etcd://HOST:2379[/PREFIX], default prefix /crescent; one prefix per prefill "
+            "instance: keys under a lease, docs/bootstrap.md); encode: register the EC listener "
             "there (role encode) and name it in ec_transfer_params, so that prefill workers "
             "resolve this encoder through it");
   flags.add("data-parallel-size", &data_parallel_size,
@@ -37,6 +42,12 @@ void DisaggFlags::add_to(FlagParser& flags) {
             "renewed (renewed every third of it), so that a crashed worker's entry lapses and "
             "a restarted one can take its place; the worker whose place was taken stops "
             "serving (/health 503). A hosted bootstrap grants at most this (0 < S <= 3600)");
+  flags.add("auth-token-file", &auth_token_file,
+            "file holding the deployment's shared secret (default: $CRESCENT_AUTH_TOKEN, else "
+            "none). With it, the KV and EC control and transfer connections authenticate each "
+            "other by challenge-response and registrations with the bootstrap server (hosted or "
+            "--bootstrap-addr) are signed; peers without the same token are refused. The token "
+            "never crosses the wire. Keep the file mode 600");
   flags.add("kv-listen-host", &kv_listen_host,
             "prefill: address the KV control listener binds to and registers (default: --host)");
 }
@@ -70,6 +81,7 @@ Status DisaggFlags::validate() {
   if (!(bootstrap_lease_ttl_s > 0) || bootstrap_lease_ttl_s > 3600) {
     return invalid_argument("--bootstrap-lease-ttl must be in (0, 3600] seconds");
   }
+  ASSIGN_OR_RETURN(auth_token, net::auth::load_auth_token(auth_token_file));
   if (data_parallel_size < 1 || data_parallel_size > 64) {
     return invalid_argument("--data-parallel-size must be 1..64");
   }
@@ -79,9 +91,8 @@ Status DisaggFlags::validate() {
         "--data-parallel-size");
   }
   if (!bootstrap_addr.empty()) {
-    auto parsed = bootstrap::parse_http_url(bootstrap_addr);
-    if (!parsed.is_ok()) {
-      return invalid_argument("--bootstrap-addr: " + parsed.status().message());
+    if (Status s = bootstrap::check_bootstrap_url(bootstrap_addr); !s.is_ok()) {
+      return invalid_argument("--bootstrap-addr: " + s.message());
     }
     while (!bootstrap_addr.empty() && bootstrap_addr.back() == '/') {
       bootstrap_addr.pop_back();
@@ -132,6 +143,7 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
       options.port = disagg.bootstrap_port;
       options.expected_dp_ranks = disagg.data_parallel_size;
       options.max_lease_ttl_s = disagg.bootstrap_lease_ttl_s;
+      options.auth_token = disagg.auth_token;
       auto server = bootstrap::BootstrapServer::start(options);
       if (!server.is_ok()) {
         return Status(server.status().code(),
@@ -186,6 +198,7 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
       options.timeout = ec.transfer_timeout();
       options.compat = ec_compat(loaded);
       options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
+      options.auth_token = disagg.auth_token;
       if (!d->resolver_) {
         d->resolver_ = std::make_shared<bootstrap::EngineResolver>();
       }
@@ -206,6 +219,7 @@ Result<std::unique_ptr<ServeDeployment>> ServeDeployment::start(const ModelFlags
       reg.dp_rank = r;
       reg.addr = d->ranks_[r].connector->worker_addr();
       reg.lease_ttl_s = disagg.bootstrap_lease_ttl_s;
+      reg.auth_token = disagg.auth_token;
       Status s = d->register_and_keep(d->bootstrap_url_, reg);
       if (!s.is_ok()) {
         return Status(s.code(), "dp rank " + std::to_string(r) + " cannot register with the " +
@@ -259,6 +273,7 @@ Status ServeDeployment::start_rank(int dp_rank, const ModelFlags& model_flags,
   options.transport = disagg.parsed_transport;
   options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
   options.accept_asks = role_ == ServeRole::kPrefill;
+  options.auth_token = disagg.auth_token;
   options.transfer_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(disagg.kv_transfer_timeout_s * 1000)));
   options.compat = compat_info(*rank.loaded);
@@ -307,6 +322,7 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
   options.transport = ec.parsed_transport;
   options.listen_host = disagg.kv_listen_host.empty() ? host : disagg.kv_listen_host;
   options.listen_port = ec.ec_port;
+  options.auth_token = disagg.auth_token;
   options.pool_bytes = ec.parsed_pool_bytes;
   options.reservation_timeout = ec.reservation_timeout();
   options.full_pool_wait = ec.full_pool_wait();
@@ -322,6 +338,7 @@ Status ServeDeployment::start_encoder(const ModelFlags& model_flags, const Disag
     reg.addr = ec_producer_->worker_addr();
     reg.role = std::string(bootstrap::kEncodeRole);
     reg.lease_ttl_s = disagg.bootstrap_lease_ttl_s;
+    reg.auth_token = disagg.auth_token;
     Status s = register_and_keep(disagg.bootstrap_addr, reg);
     if (!s.is_ok()) {
       return Status(s.code(), "the encoder cannot register with the bootstrap server " +
@@ -409,6 +426,14 @@ void ServeDeployment::render_metrics(const std::string& model_name, std::string*
                               "the bootstrap server (it no longer serves), else 0.");
     prometheus::append_sample(out, "crescent_bootstrap_fenced{model_name=\"" + model_name + "\"}",
                               is_fenced_.load() ? 1 : 0);
+  }
+  if (role_ != ServeRole::kBoth || ec_consumer_) {
+    prometheus::append_header(out, "crescent_auth_refused_connections_total", "counter",
+                              "Control and transfer connections refused because the peer failed "
+                              "the --auth-token-file handshake (wrong token, none, or silence).");
+    prometheus::append_sample(
+        out, "crescent_auth_refused_connections_total{model_name=\"" + model_name + "\"}",
+        static_cast<double>(net::auth::num_refused_connections()));
   }
   if (loaded().takes_images()) {
     prometheus::append_header(out, "crescent_vision_tower_loaded", "gauge",

@@ -41,6 +41,9 @@ struct DisaggFlags {
   // The lease of every registration (renewed every third of it), and the longest lease a
   // hosted bootstrap grants.
   double bootstrap_lease_ttl_s = 10;
+  // --auth-token-file; validate() loads auth_token from it or from $CRESCENT_AUTH_TOKEN.
+  std::string auth_token_file;
+  std::string auth_token;
 
   void add_to(FlagParser& flags);
   // Checks values and combinations; fills parsed_role and parsed_transport.

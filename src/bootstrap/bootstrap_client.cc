@@ -7,6 +7,9 @@
 #include <chrono>
 #include <thread>
 
+#include "bootstrap/etcd_client.h"
+#include "bootstrap/etcd_registry.h"
+#include "bootstrap/request_signing.h"
 #include "bootstrap/wire.h"
 #include "core/logging.h"
 #include "net/http/http_client.h"
@@ -25,12 +28,16 @@ Deadline earlier(Deadline a, Deadline b) {
 }
 
 Result<net::http::Response> call(const std::string& url, std::string_view method,
-                                 std::string_view target, std::string body, Deadline deadline) {
+                                 std::string_view target, std::string body, Deadline deadline,
+                                 const std::string& auth_token = {}) {
   ASSIGN_OR_RETURN(auto host_port, parse_http_url(url));
   net::http::HttpClient client(host_port.first, host_port.second);
   net::http::Headers headers;
   if (!body.empty()) {
     headers["Content-Type"] = "application/json";
+  }
+  if (!auth_token.empty()) {
+    headers["Authorization"] = sign_request(auth_token, method, target, body, unix_seconds_now());
   }
   auto response = client.request(method, target, std::move(body), headers, deadline);
   if (!response.is_ok()) {
@@ -61,6 +68,9 @@ Status status_of(const net::http::Response& response, const std::string& what) {
 
 Status register_worker(const std::string& url, const WorkerRegistration& registration,
                        Deadline deadline) {
+  if (is_etcd_url(url)) {
+    return etcd_register_worker(url, registration, deadline);
+  }
   ASSIGN_OR_RETURN(Renewal renewal, renew_registration(url, registration, deadline));
   if (renewal.is_fenced) {
     return already_exists(renewal.fenced_reason);
@@ -70,9 +80,12 @@ Status register_worker(const std::string& url, const WorkerRegistration& registr
 
 Result<Renewal> renew_registration(const std::string& url, const WorkerRegistration& registration,
                                    Deadline deadline) {
+  if (is_etcd_url(url)) {
+    return etcd_renew_registration(url, registration, deadline);
+  }
   const std::string what = "bootstrap POST " + url + "/register";
-  ASSIGN_OR_RETURN(auto response,
-                   call(url, "POST", "/register", registration_json(registration), deadline));
+  ASSIGN_OR_RETURN(auto response, call(url, "POST", "/register", registration_json(registration),
+                                       deadline, registration.auth_token));
   Renewal renewal;
   if (response.status == 409 && parse_error_json(response.body).code == "registration_fenced") {
     renewal.is_fenced = true;
@@ -87,6 +100,9 @@ Result<Renewal> renew_registration(const std::string& url, const WorkerRegistrat
 }
 
 Result<QueryResult> query(const std::string& url, Deadline deadline) {
+  if (is_etcd_url(url)) {
+    return etcd_query(url, deadline);
+  }
   const std::string what = "bootstrap GET " + url + "/query";
   ASSIGN_OR_RETURN(auto response, call(url, "GET", "/query", "", deadline));
   if (response.status != 200) {
@@ -100,6 +116,9 @@ Result<QueryResult> query(const std::string& url, Deadline deadline) {
 }
 
 Result<EncoderTable> query_encoders(const std::string& url, Deadline deadline) {
+  if (is_etcd_url(url)) {
+    return etcd_query_encoders(url, deadline);
+  }
   const std::string what = "bootstrap GET " + url + "/query?role=encode";
   ASSIGN_OR_RETURN(auto response, call(url, "GET", "/query?role=encode", "", deadline));
   if (response.status != 200) {
@@ -114,7 +133,7 @@ Result<EncoderTable> query_encoders(const std::string& url, Deadline deadline) {
 
 Status register_with_retry(const std::string& url, const WorkerRegistration& registration,
                            Deadline deadline) {
-  RETURN_IF_ERROR(parse_http_url(url));
+  RETURN_IF_ERROR(check_bootstrap_url(url));
   int64_t backoff_ms = kFirstBackoffMs;
   int num_attempts = 0;
   Status last;

@@ -30,6 +30,9 @@ struct WorkerRegistration {
   // Seconds the registration holds unless renewed (re-registered); 0: it never expires
   // (vLLM's workers send none). The bootstrap may grant less (see Registered).
   double lease_ttl_s = 0;
+  // --auth-token-file: when not empty, POST /register is signed with it (request_signing.h);
+  // the token itself is never sent.
+  std::string auth_token = {};
 };
 
 // What the bootstrap answered to a registration.

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "bootstrap/request_signing.h"
 #include "bootstrap/wire.h"
 #include "bootstrap/worker_registry.h"
 #include "core/logging.h"
@@ -15,7 +16,8 @@
 namespace crescent::bootstrap {
 
 struct BootstrapServer::Impl {
-  explicit Impl(BootstrapServerOptions o) : options(std::move(o)), registry(registry_options()) {}
+  explicit Impl(BootstrapServerOptions o)
+      : options(std::move(o)), registry(registry_options()), verifier(options.auth_token) {}
 
   WorkerRegistryOptions registry_options() const;
 
@@ -25,6 +27,7 @@ struct BootstrapServer::Impl {
 
   BootstrapServerOptions options;
   WorkerRegistry registry;
+  RequestVerifier verifier;
   std::unique_ptr<net::http::Server> http;
 };
 
@@ -107,6 +110,17 @@ void BootstrapServer::Impl::handle(net::http::Request request,
         request.method + " is not allowed on " + request.path + "; use " + std::string(method),
         "invalid_request_error", "method_not_allowed", {{"Allow", std::string(method)}});
     return;
+  }
+  if (request.path == "/register" && !options.auth_token.empty()) {
+    Status signed_ok = verifier.verify(request.method, request.target, request.body,
+                                       request.header("authorization"), unix_seconds_now());
+    if (!signed_ok.is_ok()) {
+      CRESCENT_LOG(kWarn) << "bootstrap: refused an unauthenticated registration from "
+                          << request.remote_address << ": " << signed_ok.message();
+      send_error(*w, 401, signed_ok.message(), "authentication_error", "unauthorized",
+                 {{"WWW-Authenticate", std::string(kSignatureScheme)}});
+      return;
+    }
   }
   if (request.path == "/register") {
     handle_register(request, *w);

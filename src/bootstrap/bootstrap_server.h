@@ -36,6 +36,9 @@ struct BootstrapServerOptions {
   double max_lease_ttl_s = 10;
   // How long a probe of a conflicting owner's address may take (on the I/O thread).
   std::chrono::milliseconds probe_timeout{500};
+  // --auth-token-file: when not empty, POST /register (and so every renewal) must be signed
+  // with it (request_signing.h) or is refused 401. GET /query and /health stay open.
+  std::string auth_token;
 };
 
 class BootstrapServer {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap_client.h"
+#include "bootstrap/etcd_registry.h"
 
 namespace crescent::bootstrap {
 namespace {
@@ -136,10 +137,8 @@ Result<std::string> EngineResolver::Impl::resolve(const std::string& url,
   if (engine_id.empty()) {
     return invalid_argument("resolve: empty engine_id");
   }
-  ASSIGN_OR_RETURN(auto host_port, parse_http_url(url));
-  const Key key{
-      host_port.first + ":" + std::to_string(host_port.second) + (is_encoder ? "#encode" : ""),
-      engine_id};
+  ASSIGN_OR_RETURN(std::string url_key, bootstrap_url_key(url));
+  const Key key{url_key + (is_encoder ? "#encode" : ""), engine_id};
   std::unique_lock<std::mutex> lock(mu);
   while (true) {
     if (auto hit = cache.find(key); hit != cache.end()) {
@@ -187,14 +186,12 @@ void EngineResolver::invalidate_encoder(const std::string& url, const std::strin
 
 void EngineResolver::Impl::invalidate(const std::string& url, const std::string& engine_id,
                                       bool is_encoder) {
-  auto host_port = parse_http_url(url);
-  if (!host_port.is_ok()) {
+  auto url_key = bootstrap_url_key(url);
+  if (!url_key.is_ok()) {
     return;
   }
   std::lock_guard<std::mutex> lock(mu);
-  cache.erase(Key{
-      host_port->first + ":" + std::to_string(host_port->second) + (is_encoder ? "#encode" : ""),
-      engine_id});
+  cache.erase(Key{*url_key + (is_encoder ? "#encode" : ""), engine_id});
 }
 
 int64_t EngineResolver::num_queries() const {

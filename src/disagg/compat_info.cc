@@ -2,32 +2,24 @@
 
 #include <string_view>
 
+#include "core/fnv.h"
+
 namespace crescent::disagg {
 namespace {
 
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-
-void mix_bytes(uint64_t* h, std::string_view bytes) {
-  for (unsigned char c : bytes) {
-    *h = (*h ^ c) * kFnvPrime;
-  }
-}
-
 // Length-prefixed so that ("ab", "c") and ("a", "bc") hash differently.
-void mix_string(uint64_t* h, std::string_view s) {
-  mix_bytes(h, std::to_string(s.size()) + ":");
-  mix_bytes(h, s);
+void mix_string(Fnv1a64* h, std::string_view s) {
+  h->text(std::to_string(s.size()) + ":").text(s);
 }
 
-void mix_int(uint64_t* h, int v) {
+void mix_int(Fnv1a64* h, int v) {
   mix_string(h, std::to_string(v));
 }
 
 }  // namespace
 
 uint64_t KvCompatInfo::hash() const {
-  uint64_t h = kFnvOffset;
+  Fnv1a64 h;
   mix_string(&h, model);
   mix_string(&h, dtype);
   mix_int(&h, num_layers);
@@ -36,7 +28,7 @@ uint64_t KvCompatInfo::hash() const {
   mix_int(&h, block_size);
   mix_string(&h, layout);
   mix_string(&h, weights);
-  return h;
+  return h.value();
 }
 
 std::string describe_first_difference(const KvCompatInfo& here, const KvCompatInfo& peer) {

@@ -84,6 +84,7 @@ struct SideOptions {
   KvCompatInfo compat = test_compat();
   std::function<void(const std::string&)> on_write_submitted;
   std::shared_ptr<TransferMetrics> metrics;
+  std::string auth_token;
 };
 
 // One engine rank: KV memory + connector + the events it reported.
@@ -112,6 +113,7 @@ class FakeEngine {
       o.resolve = bootstrap->resolver();
     o.on_write_submitted = so.on_write_submitted;
     o.metrics = so.metrics;
+    o.auth_token = so.auth_token;
     auto c = KvTransferConnector::create(std::move(o));
     EXPECT_TRUE(c.is_ok()) << c.status().to_string();
     if (!c.is_ok())

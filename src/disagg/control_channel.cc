@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "core/logging.h"
+#include "net/auth/handshake.h"
 
 namespace crescent::disagg {
 namespace {
@@ -117,7 +118,13 @@ void ControlChannel::read_loop() {
     reason = is_closing_ ? close_reason_ : why;
     return true;
   };
-  for (;;) {
+  // The accepting side proves the peer's identity before reading any protocol frame.
+  const Status auth = net::auth::authenticate_client(fd_, options_.auth_token);
+  if (!auth.is_ok()) {
+    reason = auth.with_context("authenticating " + options_.peer_name);
+  }
+  last_rx = Clock::now();
+  while (auth.is_ok()) {
     bool closing;
     TimePoint until;
     {

@@ -46,6 +46,9 @@ class ControlChannel {
     // On a bad frame or missed heartbeats: close gracefully and wait (close_grace) for the
     // peer's EOF instead of giving up at once (the decode side: the EOF says P stopped writing).
     bool waits_for_peer_close_on_error = false;
+    // Accepting side: when not empty, the reader first runs net/auth/handshake.h's
+    // authenticate_client() and closes the channel (on_closed) if the peer fails it.
+    std::string auth_token;
   };
   using FrameHandler = std::function<void(ControlChannel& channel, net::Frame frame)>;
   using CloseHandler = std::function<void(ControlChannel& channel, const Status& reason)>;

@@ -1,6 +1,7 @@
 #include "disagg/decode_side.h"
 
 #include "core/logging.h"
+#include "net/auth/handshake.h"
 
 namespace crescent::disagg {
 namespace {
@@ -320,6 +321,8 @@ Result<net::Fd> DecodeSide::handshake(const std::string& addr, const std::string
                        " unreachable: " + fd.status().message());
   }
   const DisaggOptions& o = *ctx_->options;
+  const std::string peer = "prefill engine " + engine_id + " at " + addr;
+  RETURN_IF_ERROR(net::auth::authenticate_to_server(*fd, o.auth_token, peer, deadline));
   protocol::Hello hello;
   hello.compat = o.compat;
   hello.compat_hash = o.compat.hash();
@@ -342,6 +345,7 @@ Result<net::Fd> DecodeSide::handshake(const std::string& addr, const std::string
                          "handshake");
     return reply.status().with_context(context);
   }
+  RETURN_IF_ERROR(net::auth::refusal_in_reply(*reply, peer));
   if (reply->type == static_cast<uint16_t>(MessageType::kRefused)) {
     auto refused = protocol::decode_refused(reply->payload);
     if (!refused.is_ok())

@@ -55,10 +55,11 @@ std::unique_ptr<EcProducer> make_producer(EcProducerOptions o) {
   return std::move(p).value();
 }
 
-std::unique_ptr<EcConsumer> make_consumer(TransportKind transport,
-                                          EcCompat compat = test_compat()) {
+std::unique_ptr<EcConsumer> make_consumer(TransportKind transport, EcCompat compat = test_compat(),
+                                          std::string auth_token = {}) {
   EcConsumerOptions o;
   o.transport = transport;
+  o.auth_token = std::move(auth_token);
   o.timeout = milliseconds(5000);
   o.compat = std::move(compat);
   auto c = EcConsumer::create(std::move(o));
@@ -529,6 +530,29 @@ TEST_P(EcConnectorTest, CompatMismatchIsRefusedNamingBothSides) {
   s = wide_consumer->fetch({&ref, 1}, dsts, Deadline::after_ms(5000));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("hidden_size"), std::string::npos) << s.to_string();
+}
+
+TEST_P(EcConnectorTest, AuthTokenMustMatchOnTheControlAndTransferConnections) {
+  EcProducerOptions o = producer_options(GetParam(), "enc-auth");
+  o.auth_token = "ec-shared-token-0123456789";
+  auto producer = make_producer(o);
+  EcTensorRef ref = publish(*producer, "img", 3, 4);
+  std::vector<float> dst(4 * kHidden, -1.0f);
+  std::vector<std::span<float>> dsts = {dst};
+  auto good = make_consumer(GetParam(), test_compat(), "ec-shared-token-0123456789");
+  Status ok = good->fetch({&ref, 1}, dsts, Deadline::after_ms(5000));
+  ASSERT_TRUE(ok.is_ok()) << ok.to_string();
+  EXPECT_TRUE(has_values(dst, 3));
+  auto wrong = make_consumer(GetParam(), test_compat(), "ec-another-token-012345678");
+  Status denied = wrong->fetch({&ref, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied) << denied.to_string();
+  EXPECT_NE(denied.message().find("another token"), std::string::npos) << denied.to_string();
+  auto none = make_consumer(GetParam());
+  Status refused = none->fetch({&ref, 1}, dsts, Deadline::after_ms(5000));
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.to_string();
+  EXPECT_NE(refused.message().find("requires authentication"), std::string::npos)
+      << refused.to_string();
+  ASSERT_TRUE(eventually([&] { return producer->metrics().num_reservations == 0; }));
 }
 
 TEST_P(EcConnectorTest, DestroyedProducerFailsTheFetchWithinItsDeadline) {

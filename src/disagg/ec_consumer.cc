@@ -15,6 +15,7 @@
 #include "core/prometheus.h"
 #include "disagg/control_channel.h"
 #include "disagg/protocol.h"
+#include "net/auth/handshake.h"
 #include "net/socket.h"
 
 namespace crescent::disagg {
@@ -107,6 +108,7 @@ Result<std::unique_ptr<Connection>> Connection::open(
   auto fd = net::connect_tcp(host, port, deadline);
   if (!fd.is_ok())
     return unavailable("cannot connect to " + name + ": " + fd.status().message());
+  RETURN_IF_ERROR(net::auth::authenticate_to_server(*fd, options.auth_token, name, deadline));
   auto conn = std::unique_ptr<Connection>(new Connection(name));
   Connection* c = conn.get();
   ControlChannel::Options co;
@@ -138,6 +140,7 @@ Result<std::unique_ptr<Connection>> Connection::open(
   hello.heartbeat_interval_ms = static_cast<uint32_t>(options.heartbeat_interval.count());
   c->send(MessageType::kHello, ec_protocol::encode(hello));
   ASSIGN_OR_RETURN(net::Frame frame, c->next(deadline));
+  RETURN_IF_ERROR(net::auth::refusal_in_reply(frame, name));
   if (frame.type == static_cast<uint16_t>(MessageType::kRefused)) {
     auto refused = ec_protocol::decode_refused(frame.payload);
     if (!refused.is_ok())
@@ -254,6 +257,7 @@ Status EcConsumer::Impl::start() {
   transfer::EngineOptions eo;
   eo.transport = options_.transport;
   eo.listen_host = options_.listen_host;
+  eo.token = options_.auth_token;
   ASSIGN_OR_RETURN(engine_, transfer::TransferEngine::create(eo));
   release_thread_ = std::thread([this] { release_loop(); });
   return Status::ok();

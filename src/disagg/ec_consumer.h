@@ -62,6 +62,9 @@ struct EcConsumerOptions {
   std::chrono::milliseconds heartbeat_interval{1'000};
   int max_idle_connections = 4;           // per encoder
   std::string listen_host = "127.0.0.1";  // this consumer's transfer engine listener
+  // --auth-token-file: when not empty, control and transfer connections authenticate with
+  // net/auth/handshake.h first; the peers must hold the same token.
+  std::string auth_token;
   // bootstrap url, engine id -> the encoder's "tcp://HOST:PORT" (EngineResolver's
   // resolve_encoder); empty: refs' worker_addr is always used.
   std::function<Result<std::string>(const std::string& bootstrap_url, const std::string& engine_id,

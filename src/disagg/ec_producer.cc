@@ -168,6 +168,7 @@ Status EcProducer::Impl::start() {
   eo.transport = o.transport;
   eo.name = o.engine_id + "-ec";
   eo.listen_host = o.listen_host;
+  eo.token = o.auth_token;
   ASSIGN_OR_RETURN(engine_, transfer::TransferEngine::create(eo));
   ASSIGN_OR_RETURN(region_, engine_->register_region(memory_.data(), o.pool_bytes));
   is_region_registered_ = true;
@@ -250,6 +251,7 @@ void EcProducer::Impl::accept_loop() {
     co.sends_heartbeats = false;
     co.close_grace = std::chrono::milliseconds(1000);
     co.io_timeout = 3 * options_.heartbeat_interval;
+    co.auth_token = options_.auth_token;
     auto peer = std::make_shared<Peer>();
     // Built under mu_, so the handlers (which take mu_) find the peer registered.
     peer->channel = std::make_shared<ControlChannel>(

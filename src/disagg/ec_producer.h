@@ -46,7 +46,10 @@ struct EcProducerOptions {
   transfer::TransportKind transport = transfer::TransportKind::kShm;
   std::string listen_host = "127.0.0.1";  // EC control listener (and the tcp data listener)
   int listen_port = 0;                    // 0: any free port
-  uint64_t pool_bytes = 256ull << 20;     // --ec-pool-size
+  // --auth-token-file: when not empty, control and transfer connections authenticate with
+  // net/auth/handshake.h first; the peers must hold the same token.
+  std::string auth_token;
+  uint64_t pool_bytes = 256ull << 20;                     // --ec-pool-size
   std::chrono::milliseconds reservation_timeout{30'000};  // an unpulled reservation expires
   // 0: a full pool is ResourceExhausted at once; > 0: wait up to this for space.
   std::chrono::milliseconds full_pool_wait{0};

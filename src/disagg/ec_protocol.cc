@@ -61,10 +61,11 @@ Status check_file_name_id(std::string_view id) {
 Status check_bootstrap_addr(std::string_view addr) {
   if (addr.empty())
     return Status::ok();
-  constexpr std::string_view kScheme = "http://";
-  if (addr.size() > ec_protocol::kMaxTextBytes || addr.substr(0, kScheme.size()) != kScheme ||
-      addr.size() == kScheme.size()) {
-    return invalid_argument("must be empty or \"http://HOST:PORT\"");
+  // An etcd url (docs/bootstrap.md) names the key prefix the encoder registered under.
+  std::string_view scheme = addr.substr(0, 7) == "etcd://" ? "etcd://" : "http://";
+  if (addr.size() > ec_protocol::kMaxTextBytes || addr.substr(0, scheme.size()) != scheme ||
+      addr.size() == scheme.size()) {
+    return invalid_argument("must be empty, \"http://HOST:PORT\" or \"etcd://HOST:PORT/PREFIX\"");
   }
   return Status::ok();
 }

@@ -66,6 +66,7 @@ class KvTransferConnector::Impl {
     eo.transport = options_.transport;
     eo.name = options_.engine_id;
     eo.listen_host = options_.listen_host;
+    eo.token = options_.auth_token;
     ASSIGN_OR_RETURN(transfer_, transfer::TransferEngine::create(eo));
     ASSIGN_OR_RETURN(region_,
                      transfer_->register_region(options_.memory.base, options_.memory.num_bytes));

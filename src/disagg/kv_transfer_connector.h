@@ -58,6 +58,9 @@ struct DisaggOptions {
   std::string listen_host = "127.0.0.1";  // control listener (prefill side); exactly this host
   int listen_port = 0;                    // 0: any free port
   bool accept_asks = true;                // prefill side: listen for decode engines' asks
+  // --auth-token-file: when not empty, the control and transfer connections run
+  // net/auth/handshake.h's challenge-response before anything else; peers must hold the same.
+  std::string auth_token;
   // --kv-transfer-timeout: the deadline of every state on both sides (placeholder, held
   // blocks, a whole fetch).
   std::chrono::milliseconds transfer_timeout{30'000};

@@ -75,6 +75,7 @@ void PrefillSide::accept_loop() {
     co.sends_heartbeats = false;
     co.close_grace = ctx_->options->cancel_grace;
     co.io_timeout = 3 * ctx_->options->heartbeat_interval;
+    co.auth_token = ctx_->options->auth_token;
     auto peer = std::make_shared<DecodePeer>();
     // Built under mu_, so the handlers (which take mu_) find the peer registered.
     peer->channel = std::make_shared<ControlChannel>(

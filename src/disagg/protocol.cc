@@ -1,5 +1,6 @@
 #include "disagg/protocol.h"
 
+#include "core/fnv.h"
 #include "net/frame.h"
 
 namespace crescent::disagg::protocol {
@@ -254,14 +255,13 @@ Result<Done> decode_done(std::string_view payload) {
 }
 
 uint64_t hash_prompt(std::span<const int32_t> token_ids) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  Fnv1a64 h;
   for (int32_t t : token_ids) {
     auto v = static_cast<uint32_t>(t);
-    for (int i = 0; i < 4; ++i) {
-      h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
-    }
+    for (int i = 0; i < 4; ++i)
+      h.byte(static_cast<uint8_t>(v >> (8 * i)));  // little-endian
   }
-  return h;
+  return h.value();
 }
 
 uint32_t num_blocks_to_send(uint32_t num_prompt_tokens, int block_size) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/fnv.h"
+
 namespace crescent::engine {
 
 Status validate_multimodal_items(std::span<const MultiModalItem> items, int num_prompt_tokens,
@@ -66,12 +68,8 @@ std::vector<int32_t> mrope_positions(int num_tokens, std::span<const MultiModalI
 }
 
 uint64_t mm_hash_key(const std::string& mm_hash) {
-  // FNV-1a: the mm_hash is already a strong content hash; this only folds it to 64 bits.
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (char c : mm_hash) {
-    h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ULL;
-  }
-  return h;
+  // The mm_hash is already a strong content hash; this only folds it to 64 bits.
+  return fnv1a64(mm_hash);
 }
 
 }  // namespace crescent::engine

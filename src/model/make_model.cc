@@ -11,6 +11,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "core/fnv.h"
 #include "core/thread_pool.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
@@ -109,15 +110,6 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char ch : s) {
-    h ^= static_cast<uint8_t>(ch);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -146,7 +138,7 @@ void generate_weights(const ModelConfig& c, const TensorSpec& spec, uint64_t see
               (ends_with(name, "attn.proj.weight") || ends_with(name, "fc2.weight")))) {
     stddev = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max(num_layers, 1)));
   }
-  const uint64_t key = splitmix64(seed ^ fnv1a(name));
+  const uint64_t key = splitmix64(seed ^ fnv1a64(name));
   // Counter-based: element i draws from splitmix64(key + i), four 16-bit uniforms summed
   // (Irwin-Hall, variance 4/12), rescaled to unit variance: normal-ish, bounded, fast.
   constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16

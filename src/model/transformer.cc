@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/fnv.h"
 #include "core/logging.h"
 
 namespace crescent::model {
@@ -190,15 +191,10 @@ Status Transformer::load_weights(const TransformerOptions& options) {
 
 namespace {
 
-// FNV-1a, 64-bit: stable across hosts and builds.
+// FNV-1a over tensors: stable across hosts and builds.
 class Fingerprint {
  public:
-  void bytes(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) {
-      h_ = (h_ ^ p[i]) * 0x100000001b3ull;
-    }
-  }
+  void bytes(const void* data, size_t n) { h_.bytes(data, n); }
   void number(int64_t v) { bytes(&v, sizeof(v)); }
   void floats(const std::vector<float>& v) {
     number(static_cast<int64_t>(v.size()));
@@ -215,10 +211,10 @@ class Fingerprint {
     bytes(data, static_cast<size_t>(window));
     bytes(data + n - window, static_cast<size_t>(window));
   }
-  uint64_t value() const { return h_; }
+  uint64_t value() const { return h_.value(); }
 
  private:
-  uint64_t h_ = 0xcbf29ce484222325ull;
+  Fnv1a64 h_;
 };
 
 void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {

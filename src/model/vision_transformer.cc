@@ -9,6 +9,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/fnv.h"
 #include "kernels/ops.h"
 
 namespace crescent::model {
@@ -526,13 +527,10 @@ Status VisionTransformer::encode(std::span<const float> pixel_values, int grid_t
 }
 
 uint64_t VisionTransformer::weights_fingerprint() const {
-  uint64_t h = 1469598103934665603ull;
+  Fnv1a64 h;
   auto mix = [&h](const std::vector<float>& v) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
-    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
-      h = (h ^ bytes[i]) * 1099511628211ull;
-    }
-    h = (h ^ v.size()) * 1099511628211ull;  // where one vector ends
+    h.bytes(v.data(), v.size() * sizeof(float));
+    h.word(v.size());  // where one vector ends
   };
   for (const Block& b : blocks_) {
     for (const std::vector<float>* v :
@@ -545,7 +543,7 @@ uint64_t VisionTransformer::weights_fingerprint() const {
        {&merger_norm_weight_, &merger_norm_bias_, &merger_fc1_bias_, &merger_fc2_bias_}) {
     mix(*v);
   }
-  return h;
+  return h.value();
 }
 
 }  // namespace crescent::model

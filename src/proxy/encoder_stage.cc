@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fnv.h"
 #include "core/logging.h"
 #include "proxy/api_error.h"
 
@@ -13,16 +14,6 @@ constexpr size_t kMaxEncoderAnswerBytes = 16 << 20;
 
 bool is_success(int status) {
   return status >= 200 && status < 300;
-}
-
-// FNV-1a, 64 bits: stable, and collisions only cost a cache miss on an encoder.
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // The URL of an image part, or nullopt when it is not an image part.
@@ -54,10 +45,10 @@ uint64_t image_key(const std::string& url) {
   // A data: URL is its bytes; its media type prefix does not change the image.
   if (url.rfind("data:", 0) == 0) {
     if (size_t comma = url.find(','); comma != std::string::npos) {
-      return fnv1a(std::string_view(url).substr(comma + 1));
+      return fnv1a64(std::string_view(url).substr(comma + 1));
     }
   }
-  return fnv1a(url);
+  return fnv1a64(url);
 }
 
 std::string dump(const Json& j) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bootstrap/bootstrap_client.h"
 #include "core/clock.h"
 #include "core/logging.h"
 #include "net/http/http_client.h"
@@ -20,6 +21,23 @@ std::string short_text(std::string_view body) {
     out += "...";
   }
   return out;
+}
+
+// Engine ids by dp rank from the prefill's keys in etcd (bootstrap/etcd_registry.h).
+Result<std::vector<std::string>> etcd_engine_ids(const std::string& url) {
+  ASSIGN_OR_RETURN(bootstrap::QueryResult table,
+                   bootstrap::query(url, Deadline::after_ms(kCallTimeoutMs)));
+  std::vector<std::string> ids;
+  for (const auto& [rank, entry] : table) {
+    if (rank != static_cast<int>(ids.size())) {
+      return unavailable("dp rank " + std::to_string(ids.size()) + " is not registered");
+    }
+    ids.push_back(entry.engine_id);
+  }
+  if (ids.empty()) {
+    return unavailable("no dp rank is registered");
+  }
+  return ids;
 }
 
 }  // namespace
@@ -119,7 +137,15 @@ void PrefillRegistry::poll_loop(int index) {
       failure = "prefill " + spec.server.url + " (/health answers " +
                 std::to_string(health->status) + ")";
     }
-    if (failure.empty()) {
+    if (failure.empty() && !spec.etcd_url.empty()) {
+      auto parsed = etcd_engine_ids(spec.etcd_url);
+      if (!parsed.is_ok()) {
+        failure = "the etcd registrations " + spec.etcd_url + " of prefill " + spec.server.url +
+                  " (" + parsed.status().message() + ")";
+      } else {
+        ids = std::move(parsed).value();
+      }
+    } else if (failure.empty()) {
       auto query =
           bootstrap_client.request("GET", "/query", "", {}, Deadline::after_ms(kCallTimeoutMs));
       std::string where = "the bootstrap server " + bootstrap + " of prefill " + spec.server.url;

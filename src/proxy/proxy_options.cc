@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "bootstrap/etcd_registry.h"
 #include "net/http/api_key.h"
 
 namespace crescent::proxy {
@@ -59,6 +60,9 @@ std::string UpstreamUrl::host_port() const {
 }
 
 std::string PrefillSpec::bootstrap_addr() const {
+  if (!etcd_url.empty()) {
+    return etcd_url;
+  }
   return "http://" + bracket_host(server.host) + ":" + std::to_string(bootstrap_port);
 }
 
@@ -206,10 +210,19 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
         std::string lowered = port_text;
         std::transform(lowered.begin(), lowered.end(), lowered.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        if (lowered != "none") {
+        if (lowered.rfind("etcd://", 0) == 0) {
+          if (Status s = bootstrap::check_bootstrap_url(port_text); !s.is_ok()) {
+            return invalid_argument("--prefill " + value + ": " + s.message());
+          }
+          spec.etcd_url = port_text;
+          while (spec.etcd_url.back() == '/') {
+            spec.etcd_url.pop_back();
+          }
+        } else if (lowered != "none") {
           auto port = parse_port(port_text, 1, "the bootstrap port of --prefill " + value);
           if (!port.is_ok()) {
-            return invalid_argument(port.status().message() + " (a port number or 'none')");
+            return invalid_argument(port.status().message() +
+                                    " (a port number, 'none' or etcd://HOST:PORT/PREFIX)");
           }
           spec.bootstrap_port = *port;
         }
@@ -365,7 +378,9 @@ flags:
   --host ADDR            address to listen on (default 127.0.0.1)
   --port N               port to listen on; 0 picks a free one, printed at start (default 8000)
   --prefill URL [PORT]   a prefill server (http://HOST:PORT) and the port of its bootstrap
-                         server (default 8998; 'none' means the default). Repeatable.
+                         server (default 8998; 'none' means the default), or the
+                         etcd://HOST:PORT/PREFIX it registers in (its serve
+                         --bootstrap-addr; docs/bootstrap.md). Repeatable.
   --decode URL           a decode server (http://HOST:PORT). Repeatable.
   --pd URL               instead of --prefill/--decode: a `crescent serve --role both` server
                          that prefills and decodes; gets the client's body (plus the encoders'

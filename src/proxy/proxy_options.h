@@ -36,9 +36,12 @@ Result<UpstreamUrl> parse_upstream_url(std::string_view url);
 struct PrefillSpec {
   UpstreamUrl server;
   int bootstrap_port = kDefaultBootstrapPort;
+  // "etcd://HOST:PORT/PREFIX" when the prefill registers in etcd (`--prefill URL ETCD_URL`);
+  // "" for its bootstrap server on bootstrap_port.
+  std::string etcd_url = {};
 
-  // "http://HOST:BOOTSTRAP_PORT": what decode servers are told as remote_bootstrap_addr, and
-  // where the proxy asks /query.
+  // "http://HOST:BOOTSTRAP_PORT" (or etcd_url): what decode servers are told as
+  // remote_bootstrap_addr, and where the proxy asks for the engine ids.
   std::string bootstrap_addr() const;
 };
 

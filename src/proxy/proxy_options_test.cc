@@ -98,6 +98,17 @@ TEST(ProxyArgsTest, IPv6BootstrapAddressHasBrackets) {
   EXPECT_EQ(parsed->options.prefills[0].bootstrap_addr(), "http://[fe80::1]:8998");
 }
 
+TEST(ProxyArgsTest, PrefillRegisteredInEtcd) {
+  auto parsed = parse_proxy_args({"--prefill", "http://p1:8010", "etcd://10.0.0.9:2379/crescent/a/",
+                                  "--decode", "http://d:1"});
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->options.prefills[0].bootstrap_addr(), "etcd://10.0.0.9:2379/crescent/a");
+  auto bad =
+      parse_proxy_args({"--prefill", "http://p1:8010", "etcd://h", "--decode", "http://d:1"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("etcd://h"), std::string::npos) << bad.status().message();
+}
+
 TEST(ProxyArgsTest, HelpNeedsNothingElse) {
   auto parsed = parse_proxy_args({"--help"});
   ASSERT_TRUE(parsed.is_ok());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/fnv.h"
+
 namespace crescent::server {
 namespace {
 
@@ -99,12 +101,11 @@ ChatRenderOptions FakeEngineClient::last_render_options() const {
 }
 
 int32_t FakeEngineClient::output_token(const std::vector<int32_t>& prompt, int k, int vocab_size) {
-  uint64_t h = 1469598103934665603ull;
-  for (int32_t t : prompt) {
-    h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
-  }
-  h = (h ^ static_cast<uint64_t>(k)) * 1099511628211ull;
-  return static_cast<int32_t>(2 + h % static_cast<uint64_t>(vocab_size - 2));
+  Fnv1a64 h;
+  for (int32_t t : prompt)
+    h.word(static_cast<uint64_t>(t));
+  h.word(static_cast<uint64_t>(k));
+  return static_cast<int32_t>(2 + h.value() % static_cast<uint64_t>(vocab_size - 2));
 }
 
 Status FakeEngineClient::submit(std::string request_id, std::vector<int32_t> prompt_token_ids,

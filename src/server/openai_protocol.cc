@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/json.h"
+#include "server/forced_tool_choice.h"
 #include "server/guided_request.h"
 
 namespace crescent::server {
@@ -545,8 +546,12 @@ std::optional<ApiError> parse_sampling(const json& body, GenerationRequest* out)
   }
   present = false;
   CRESCENT_RETURN_IF_API_ERROR(get_int(body, "n", &i, &present));
-  if (present && i != 1) {
-    return bad_request("only n=1 is supported", "n");
+  if (present && (i < 1 || i > kMaxChoices)) {
+    return bad_request(
+        "'n' must be from 1 to " + std::to_string(kMaxChoices) + ", got " + std::to_string(i), "n");
+  }
+  if (present) {
+    out->n = static_cast<int>(i);
   }
   CRESCENT_RETURN_IF_API_ERROR(parse_stop(body, &s));
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
@@ -648,10 +653,10 @@ std::optional<ApiError> check_tools(const json& tools) {
   return std::nullopt;
 }
 
-// tool_choice with vLLM's rules. "required" and a named function are honoured in vLLM by guided
-// decoding, which crescent does not have: refused (after the same checks vLLM makes) rather
-// than answered with output that may not call the tool.
-std::optional<ApiError> parse_tool_choice(const json& body, ToolChoice* out) {
+// tool_choice with vLLM's rules. "required" and a named function become a guided-decoding
+// constraint once the tools are parsed (apply_forced_tool_choice).
+std::optional<ApiError> parse_tool_choice(const json& body, ToolChoice* out,
+                                          std::string* name_out) {
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
   auto it = body.find("tool_choice");
@@ -673,14 +678,8 @@ std::optional<ApiError> parse_tool_choice(const json& body, ToolChoice* out) {
       *out = ToolChoice::kNone;
       return std::nullopt;
     }
-    if (choice == "auto") {
-      *out = ToolChoice::kAuto;
-      return std::nullopt;
-    }
-    return bad_request(
-        R"('tool_choice' "required" is not supported by this server: it needs guided decoding, )"
-        R"(which crescent does not have yet (use "auto" or "none"))",
-        "tool_choice");
+    *out = choice == "auto" ? ToolChoice::kAuto : ToolChoice::kRequired;
+    return std::nullopt;
   }
   auto function = choice.is_object() ? choice.find("function") : choice.end();
   if (!choice.is_object() || choice.value("type", json()) != "function" ||
@@ -701,10 +700,9 @@ std::optional<ApiError> parse_tool_choice(const json& body, ToolChoice* out) {
         "'tool_choice' names the function '" + clip(name) + "', which is not in 'tools'",
         "tool_choice");
   }
-  return bad_request(
-      "'tool_choice' naming a function is not supported by this server: it needs "
-      R"(guided decoding, which crescent does not have yet (use "auto" or "none"))",
-      "tool_choice");
+  *out = ToolChoice::kNamed;
+  *name_out = name;
+  return std::nullopt;
 }
 
 // The chat template's inputs besides the messages, with vLLM's rules.
@@ -859,7 +857,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
     if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
       CRESCENT_RETURN_IF_API_ERROR(check_tools(*it));
     }
-    CRESCENT_RETURN_IF_API_ERROR(parse_tool_choice(j, &out->tool_choice));
+    CRESCENT_RETURN_IF_API_ERROR(parse_tool_choice(j, &out->tool_choice, &out->tool_choice_name));
     CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "parallel_tool_calls", &out->parallel_tool_calls));
     if (auto it = j.find("tools"); it != j.end() && it->is_array() && !it->empty()) {
       // Parsed again in order: templates print the tools with tojson, key order included.
@@ -869,6 +867,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
       }
       out->chat_render.tools = std::move(ordered["tools"]);
     }
+    CRESCENT_RETURN_IF_API_ERROR(apply_forced_tool_choice(out));
   }
   CRESCENT_RETURN_IF_API_ERROR(get_bool(j, "stream", &out->stream));
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {

@@ -40,11 +40,15 @@ struct ImageRef {
 };
 
 // What a chat request asks of its tools, with vLLM's rules: tools given without tool_choice
-// mean "auto". "required" and a named function are refused (they need guided decoding).
+// mean "auto".
 enum class ToolChoice {
-  kNone,  // no tools, an empty list, or tool_choice "none": the tools only reach the template
-  kAuto,  // the model may call a tool: its output is parsed for calls (--tool-call-parser)
+  kNone,      // no tools, an empty list, or tool_choice "none": the tools only reach the template
+  kAuto,      // the model may call a tool: its output is parsed for calls (--tool-call-parser)
+  kRequired,  // "required": guided decoding makes the output a JSON array of calls
+  kNamed,     // {"type": "function", ...}: the output is the named function's arguments
 };
+
+inline constexpr int kMaxChoices = 128;  // OpenAI's bound on n
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -61,9 +65,13 @@ struct GenerationRequest {
   // kChat. Whether the server can parse calls (kAuto) is checked by the server, which knows
   // its --tool-call-parser.
   ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_choice_name;  // kNamed: the function
   // kChat, OpenAI's parallel_tool_calls: false keeps only the first call parsed.
   bool parallel_tool_calls = true;
   engine::SamplingParams sampling;
+  // OpenAI's n: independent choices of the same prompt (the engine's prefix cache shares the
+  // prompt's KV blocks between them). 1..kMaxChoices.
+  int n = 1;
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;

@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
+#include "server/forced_tool_choice.h"
 #include "server/openai_protocol.h"
 #include "server/token_endpoints.h"
 
@@ -142,8 +143,22 @@ json finish_reason_with_calls(const json& finish_reason) {
 
 }  // namespace
 
-// One generation request from arrival to its last byte.
+// One choice of a generation request from arrival to its last byte.
 struct OpenAiServer::Call {
+  // The n choices of one request share one Group: the lock that orders the stream's start
+  // before any output and serializes the choices' writes, and what the response needs once
+  // every choice has finished.
+  struct Group {
+    std::mutex mu;
+    int num_choices = 1;
+    int num_finished = 0;
+    int num_output_tokens = 0;   // summed over the finished choices
+    bool failed = false;         // non-streamed: a choice failed and its error was sent
+    bool submit_failed = false;  // the request was refused: every output is dropped
+    std::vector<json> choices;   // non-streamed: each finished choice, by index
+  };
+  std::shared_ptr<Group> group = std::make_shared<Group>();
+  int index = 0;  // of this choice
   GenerationRequest request;
   std::string engine_id;
   std::string response_id;
@@ -164,8 +179,53 @@ struct OpenAiServer::Call {
   bool parses_tool_calls = false;
   std::unique_ptr<ToolCallStreamer> tool_streamer;
   int num_tool_calls_sent = 0;
-  std::mutex mu;  // orders the stream's start before its first output
+  // Chat with tool_choice "required" or a named function: the output is the calls' JSON
+  // (forced_tool_choice.h). Streamed, a named call's arguments go out as they come, "required"
+  // calls once the array is complete.
+  bool forces_tool_calls = false;
+
+  void append_forced_call_deltas(const GenerationOutput& out, std::vector<json>* deltas);
+  // `first` and the request's other n - 1 choices, sharing first's group and ids; `tool_parser`
+  // starts their streamers.
+  static std::vector<std::shared_ptr<Call>> make_choices(const std::shared_ptr<Call>& first,
+                                                         const ToolParser* tool_parser);
 };
+
+// The deltas of one streamed output of a forced tool choice. Named: the call's head (index,
+// id, type, name) with the first output, then each piece of text as arguments, as vLLM
+// streams it. "required": the calls once the array is complete, or the text as content when
+// the output did not complete it.
+void OpenAiServer::Call::append_forced_call_deltas(const GenerationOutput& out,
+                                                   std::vector<json>* deltas) {
+  Call& call = *this;
+  const GenerationRequest& req = call.request;
+  if (req.tool_choice == ToolChoice::kNamed) {
+    if (call.num_tool_calls_sent == 0) {
+      call.num_tool_calls_sent = 1;
+      deltas->push_back(
+          {{"tool_calls",
+            json::array({{{"index", 0},
+                          {"id", tool_parser_internal::new_tool_call_id()},
+                          {"type", "function"},
+                          {"function", {{"name", req.tool_choice_name}, {"arguments", ""}}}}})}});
+    }
+    if (!out.new_text.empty()) {
+      deltas->push_back(
+          {{"tool_calls",
+            json::array({{{"index", 0}, {"function", {{"arguments", out.new_text}}}}})}});
+    }
+    return;
+  }
+  call.text += out.new_text;
+  if (!out.finished) {
+    return;
+  }
+  if (auto calls = forced_tool_calls(req, call.text)) {
+    append_tool_call_deltas(*calls, &call.num_tool_calls_sent, deltas);
+  } else if (!call.text.empty()) {
+    deltas->push_back({{"content", call.text}});
+  }
+}
 
 OpenAiServer::OpenAiServer(OpenAiServerOptions options) : options_(std::move(options)) {}
 
@@ -424,6 +484,12 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     e.param = "model";
     return fail(e);
   }
+  if (req.n > 1 && req.kv_transfer_params) {
+    return fail(bad_request(
+        "'n' greater than 1 is not supported in disaggregated serving (this request carries "
+        "kv_transfer_params): send n separate requests",
+        "n"));
+  }
   if (is_encoder) {
     return handle_encode(request, std::move(writer), std::move(call), chat);
   }
@@ -452,6 +518,8 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
       call->tool_streamer = tool_parser_->start_stream();
     }
   }
+  call->forces_tool_calls =
+      req.tool_choice == ToolChoice::kNamed || req.tool_choice == ToolChoice::kRequired;
 
   // EPD: the encoder outputs this request's images may take instead of encoding here.
   std::vector<EcItem> ec_items;
@@ -732,14 +800,30 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
   call->response_id = (chat ? "chatcmpl-" : "cmpl-") + base;
   // Unique even when a client reuses an X-Request-Id.
   call->engine_id = base + "#" + std::to_string(number);
+  std::vector<std::shared_ptr<Call>> calls = Call::make_choices(call, tool_parser_.get());
+  Call::Group& group = *call->group;
 
-  num_in_flight_.fetch_add(1);
+  num_in_flight_.fetch_add(static_cast<int>(calls.size()));
   // Outputs wait for the stream's headers: on_output takes this lock too.
-  std::unique_lock<std::mutex> lock(call->mu);
-  Status s = engine->submit(call->engine_id, std::move(prompt), req.sampling, submit_options,
-                            [this, call](const GenerationOutput& out) { on_output(call, out); });
-  if (!s.is_ok()) {
-    num_in_flight_.fetch_sub(1);
+  std::unique_lock<std::mutex> lock(group.mu);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::shared_ptr<Call>& c = calls[i];
+    const bool is_last = i + 1 == calls.size();
+    Status s =
+        engine->submit(c->engine_id, is_last ? std::move(prompt) : prompt, c->request.sampling,
+                       is_last ? std::move(submit_options) : submit_options,
+                       [this, c](const GenerationOutput& out) { on_output(c, out); });
+    if (s.is_ok()) {
+      continue;
+    }
+    // The choices already submitted are aborted (outside the lock: an abort may report at
+    // once); their outputs find submit_failed and are dropped.
+    group.submit_failed = true;
+    num_in_flight_.fetch_sub(static_cast<int>(calls.size() - i));
+    lock.unlock();
+    for (size_t k = 0; k < i; ++k) {
+      engine->abort(calls[k]->engine_id);
+    }
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAlreadyExists) {
       return fail(bad_request(s.message()));
     }
@@ -755,11 +839,59 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
     writer->start_stream(200, "text/event-stream", std::move(headers));
   }
   // A client that goes away aborts its request; the engine frees its blocks at once.
-  writer->on_close([engine, id = call->engine_id] { engine->abort(id); });
+  std::vector<std::string> ids;
+  for (const auto& c : calls) {
+    ids.push_back(c->engine_id);
+  }
+  writer->on_close([engine, ids = std::move(ids)] {
+    for (const std::string& id : ids) {
+      engine->abort(id);
+    }
+  });
+}
+
+std::vector<std::shared_ptr<OpenAiServer::Call>> OpenAiServer::Call::make_choices(
+    const std::shared_ptr<Call>& first, const ToolParser* tool_parser) {
+  const GenerationRequest& req = first->request;
+  first->group->num_choices = req.n;
+  first->group->choices.resize(static_cast<size_t>(req.n));
+  std::vector<std::shared_ptr<Call>> calls = {first};
+  for (int i = 1; i < req.n; ++i) {
+    auto c = std::make_shared<Call>();
+    c->group = first->group;
+    c->index = i;
+    c->request = req;
+    // vLLM's rule: with a seed, choice i samples with seed + i, so the choices differ and the
+    // whole answer is still reproducible.
+    if (req.sampling.seed.has_value()) {
+      c->request.sampling.seed = *req.sampling.seed + static_cast<uint64_t>(i);
+    }
+    c->engine_id = first->engine_id + "/" + std::to_string(i);
+    c->response_id = first->response_id;
+    c->x_request_id = first->x_request_id;
+    c->created = first->created;
+    c->arrival_ns = first->arrival_ns;
+    c->writer = first->writer;
+    c->engine = first->engine;
+    c->parses_tool_calls = first->parses_tool_calls;
+    c->forces_tool_calls = first->forces_tool_calls;
+    if (c->parses_tool_calls && req.stream) {
+      c->tool_streamer = tool_parser->start_stream();
+    }
+    calls.push_back(std::move(c));
+  }
+  return calls;
 }
 
 void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const GenerationOutput& out) {
-  std::lock_guard<std::mutex> lock(call->mu);
+  std::lock_guard<std::mutex> lock(call->group->mu);
+  Call::Group& group = *call->group;
+  if (group.submit_failed) {
+    if (out.finished) {
+      num_in_flight_.fetch_sub(1);
+    }
+    return;
+  }
   const GenerationRequest& req = call->request;
   bool chat = req.endpoint == Endpoint::kChat;
   if (!out.new_token_ids.empty()) {
@@ -813,7 +945,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
     auto send_event = [&](const json& j) { writer.write("data: " + dump_json(j) + "\n\n"); };
     if (chat && !call->sent_first_chunk) {
       call->sent_first_chunk = true;
-      send_event(chunk(json::array({{{"index", 0},
+      send_event(chunk(json::array({{{"index", call->index},
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}}}),
@@ -825,7 +957,9 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       // Chat: the deltas of this output in order (content, then each call that completed);
       // logprobs go on the first, the finish reason on the last.
       std::vector<json> deltas;
-      if (chat && call->tool_streamer != nullptr) {
+      if (chat && call->forces_tool_calls) {
+        call->append_forced_call_deltas(out, &deltas);
+      } else if (chat && call->tool_streamer != nullptr) {
         ToolStreamDelta d = call->tool_streamer->push(out.new_text, /*is_end=*/out.finished);
         if (!d.content.empty()) {
           deltas.push_back({{"content", std::move(d.content)}});
@@ -846,7 +980,7 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       const size_t num_chunks = chat ? deltas.size() : 1;
       for (size_t i = 0; i < num_chunks; ++i) {
         const bool is_last = i + 1 == num_chunks;
-        json choice = {{"index", 0},
+        json choice = {{"index", call->index},
                        {"logprobs", i == 0 ? output_logprobs : json(nullptr)},
                        {"finish_reason", is_last ? finish_reason : json(nullptr)}};
         if (chat) {
@@ -863,14 +997,17 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       }
     }
     if (out.finished) {
-      if (req.include_usage) {
-        json c = chunk(json::array(), out.num_output_tokens);
-        c["usage"] =
-            usage_json(out.num_prompt_tokens, out.num_output_tokens, out.num_cached_tokens);
-        send_event(c);
+      group.num_output_tokens += out.num_output_tokens;
+      if (++group.num_finished == group.num_choices) {
+        if (req.include_usage) {
+          json c = chunk(json::array(), group.num_output_tokens);
+          c["usage"] =
+              usage_json(out.num_prompt_tokens, group.num_output_tokens, out.num_cached_tokens);
+          send_event(c);
+        }
+        writer.write("data: [DONE]\n\n");
+        writer.end();
       }
-      writer.write("data: [DONE]\n\n");
-      writer.end();
     }
   } else {
     call->text += out.new_text;
@@ -878,21 +1015,37 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
       call->logprobs.push_back(lp);
     }
     if (out.finished) {
+      group.num_output_tokens += out.num_output_tokens;
+      ++group.num_finished;
       if (out.finish_reason == "error") {
-        ApiError error = generation_error(out, req.kv_transfer);
-        send_json(writer, error.http_status, dump_json(error_json(error)));
-      } else {
+        // The first failing choice answers for the request; the others' outputs are dropped.
+        if (!group.failed) {
+          group.failed = true;
+          ApiError error = generation_error(out, req.kv_transfer);
+          send_json(writer, error.http_status, dump_json(error_json(error)));
+        }
+      } else if (!group.failed) {
         size_t offset = 0;
         json all_logprobs = req.want_logprobs
                                 ? shape_logprobs(*call->engine, call->logprobs, chat, &offset)
                                 : json(nullptr);
-        json choice = {{"index", 0},
+        json choice = {{"index", call->index},
                        {"logprobs", all_logprobs},
                        {"finish_reason", finish_reason},
                        {"stop_reason", stop_reason}};
         if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", call->text}};
-          if (call->parses_tool_calls) {
+          if (call->forces_tool_calls) {
+            // vLLM's shape: empty content beside the calls. Output that is not the calls'
+            // JSON (cut by max_tokens or a stop string) stays content.
+            if (auto calls = forced_tool_calls(req, call->text)) {
+              choice["message"]["content"] = "";
+              choice["message"]["tool_calls"] = json::array();
+              for (const ToolCall& c : *calls) {
+                choice["message"]["tool_calls"].push_back(tool_call_json(c));
+              }
+            }
+          } else if (call->parses_tool_calls) {
             ExtractedToolCalls parsed = tool_parser_->extract(call->text);
             if (!req.parallel_tool_calls && parsed.calls.size() > 1) {
               parsed.calls.resize(1);
@@ -910,12 +1063,15 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
         } else {
           choice["text"] = call->text;
         }
+        group.choices[static_cast<size_t>(call->index)] = std::move(choice);
+      }
+      if (group.num_finished == group.num_choices && !group.failed) {
         json body = {{"id", call->response_id},
                      {"object", chat ? "chat.completion" : "text_completion"},
                      {"created", call->created},
                      {"model", options_.served_model_name},
-                     {"choices", json::array({choice})},
-                     {"usage", usage_json(out.num_prompt_tokens, out.num_output_tokens,
+                     {"choices", std::move(group.choices)},
+                     {"usage", usage_json(out.num_prompt_tokens, group.num_output_tokens,
                                           out.num_cached_tokens)}};
         body["kv_transfer_params"] =
             req.kv_transfer_params ? *req.kv_transfer_params : json(nullptr);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -451,6 +452,69 @@ TEST_F(OpenAiServerTest, ClientDisconnectAbortsAndFreesBlocks) {
   EXPECT_EQ(metrics_value(
                 "crescent_request_success_total{model_name=\"fake\",finished_reason=\"abort\"}"),
             1);
+}
+
+// n > 1: one engine request per choice, the choices in index order, usage summed; streamed,
+// each index gets its role chunk, text and finish_reason, and [DONE] comes once after all.
+TEST_F(OpenAiServerTest, SeveralChoicesWholeAndStreamed) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions",
+                R"({"prompt":"hello world","max_tokens":5,"n":3,"seed":40,"temperature":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = json::parse(r.body);
+  ASSERT_EQ(body["choices"].size(), 3u) << body;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["text"], expected_text("hello world", 5));
+    EXPECT_EQ(body["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 15);
+  EXPECT_EQ(engine_->last_sampling().seed, 42u);  // choice i samples with seed + i (vLLM's)
+
+  auto events = stream("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"n":2,
+                           "stream":true,"stream_options":{"include_usage":true}})");
+  std::map<int, std::string> text;
+  std::map<int, int> roles, finishes;
+  for (const auto& e : events) {
+    for (const json& c : e["choices"]) {
+      const int index = c["index"].get<int>();
+      roles[index] += c["delta"].contains("role") ? 1 : 0;
+      text[index] += c["delta"].value("content", "");
+      finishes[index] += c["finish_reason"].is_null() ? 0 : 1;
+    }
+  }
+  ASSERT_EQ(text.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(roles[i], 1) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+    EXPECT_FALSE(text[i].empty()) << i;
+  }
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(server_->num_in_flight(), 0);
+  EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
+}
+
+TEST_F(OpenAiServerTest, SeveralChoicesAreRefusedInPdAndAbortedTogether) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions", R"({"prompt":"a","max_tokens":1,"n":2,
+      "kv_transfer_params":{"do_remote_decode":true,"transfer_id":"xfer-1"}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "n");
+  {
+    HttpClient leaver("127.0.0.1", server_->port());
+    int seen = 0;
+    auto s = leaver.stream(
+        "POST", "/v1/completions", R"({"prompt":"a b c","max_tokens":60,"n":3,"stream":true})", {},
+        [&](std::string_view) { return ++seen < 2; }, soon());
+    ASSERT_TRUE(s.is_ok());
+  }
+  for (int i = 0; i < 200 && server_->num_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->num_in_flight(), 0);
+  EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
 }
 
 TEST_F(OpenAiServerTest, DrainRefusesNewWork) {

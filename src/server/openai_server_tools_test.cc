@@ -52,8 +52,14 @@ class ToolCallServerTest : public ::testing::Test {
     server_ = std::move(server).value();
     FakeEngineClient::Options fake;
     fake.max_model_len = 512;
-    fake.scripted_replies = {
-        {"weather", kHermesReply}, {"broken", kMalformedReply}, {"llama", kLlamaReply}};
+    fake.scripted_replies = {{"weather", kHermesReply},
+                             {"broken", kMalformedReply},
+                             {"llama", kLlamaReply},
+                             {"named", {"{\"city\": ", "\"Paris\"}"}},
+                             {"required",
+                              {R"([{"name": "get_weather", "parameters": {"city": "Paris"}}, )",
+                               R"({"name": "get_weather", "parameters": {"city": "Oslo"}}])"}},
+                             {"cut", {R"([{"name": "f", "param)"}}};
     engine_ = std::make_unique<FakeEngineClient>(fake);
     server_->set_engine(engine_.get());
     client_ = std::make_unique<HttpClient>("127.0.0.1", server_->port());
@@ -160,10 +166,68 @@ TEST_F(ToolCallServerTest, AutoToolChoiceNeedsBothFlags) {
   r = post(chat_body("weather",
                      R"(,"kv_transfer_params":{"do_remote_decode":true,"transfer_id":"xfer-1"})"));
   EXPECT_EQ(r.status, 200) << r.body;
-  // tool_choice "required" is refused whatever the flags.
+  // tool_choice "required" with two tools is refused whatever the flags.
   r = post(chat_body("weather", R"(,"tool_choice":"required")"));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["error"]["param"], "tool_choice");
+}
+
+// A named function: the output (constrained to the function's parameters) is its arguments,
+// without any parser flag; streamed, the head comes first and the arguments as they come.
+TEST_F(ToolCallServerTest, NamedToolChoiceTurnsTheConstrainedOutputIntoTheCall) {
+  start(false, "");
+  const std::string named =
+      R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})";
+  auto r = post(chat_body("named", named));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const engine::GuidedDecoding guided = engine_->last_sampling().guided;
+  EXPECT_EQ(guided.kind, engine::GuidedDecoding::Kind::kJsonSchema);
+  EXPECT_EQ(json::parse(guided.json_schema),
+            json::parse(R"({"type":"object","properties":{"city":{"type":"string"}}})"));
+  json choice = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_EQ(choice["message"]["content"], "");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("chatcmpl-tool-"));
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris"})");
+
+  Assembled a = assemble(stream(chat_body("named", named + R"(,"stream":true)")));
+  EXPECT_EQ(a.content, "");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(a.calls[0]["function"]["arguments"], R"({"city": "Paris"})");
+  EXPECT_EQ(a.finish_reason, "stop");
+}
+
+// "required" with one tool: the output is vLLM's JSON array of {"name", "parameters"}.
+TEST_F(ToolCallServerTest, RequiredToolChoiceParsesTheArrayOfCalls) {
+  start(false, "");
+  const std::string body =
+      R"({"model":"fake","max_tokens":20,"messages":[{"role":"user","content":"tell required"}],)"
+      R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"get_weather",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  auto r = post(body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json schema = json::parse(engine_->last_sampling().guided.json_schema);
+  EXPECT_EQ(schema["type"], "array");
+  EXPECT_EQ(schema["items"]["properties"]["name"]["enum"], json::array({"get_weather"}));
+  json message = json::parse(r.body)["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 2u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], R"({"city":"Oslo"})");
+  Assembled a = assemble(stream(body + R"(,"stream":true})"));
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[1]["function"]["name"], "get_weather");
+  EXPECT_EQ(a.calls[1]["function"]["arguments"], R"({"city":"Oslo"})");
+  // Output that is not the array (here: cut) stays content.
+  r = post(R"({"model":"fake","max_tokens":20,"messages":[{"role":"user","content":"tell cut"}],)"
+           R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f"}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  message = json::parse(r.body)["choices"][0]["message"];
+  EXPECT_FALSE(message.contains("tool_calls")) << message;
+  EXPECT_EQ(message["content"], R"([{"name": "f", "param)");
 }
 
 TEST_F(ToolCallServerTest, OneFlagAloneIsNamed) {

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "net/auth/handshake.h"
 #include "transfer/wire.h"
 
 namespace crescent::transfer {
@@ -39,27 +40,6 @@ void write_group_status(ByteWriter& w, const Status& s) {
   std::string_view msg = s.is_ok() ? std::string_view() : std::string_view(s.message());
   w.u16(static_cast<uint16_t>(s.code()));
   w.bytes(msg.substr(0, wire::kMaxGroupStatusMessageBytes));
-}
-
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size())
-    return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return diff == 0;
-}
-
-std::string to_hex(std::string_view bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
 }
 
 Result<std::string> from_hex(std::string_view hex) {
@@ -102,14 +82,18 @@ Result<Fd> connect_address(const std::string& address, Deadline deadline) {
 Result<Fd> connect_and_hello(const LinkConfig& cfg, const SegmentDescriptor& peer,
                              uint32_t conn_index, Deadline deadline) {
   ASSIGN_OR_RETURN(Fd fd, connect_address(peer.address, deadline));
+  const std::string peer_name = "transfer peer at " + peer.address;
+  RETURN_IF_ERROR(net::auth::authenticate_to_server(fd, cfg.token, peer_name, deadline));
   ByteWriter w;
   w.u32(wire::kProtocolVersion);
   w.u8(static_cast<uint8_t>(cfg.transport));
   w.bytes(cfg.my_name);
-  w.bytes(cfg.token);
+  w.bytes("");  // was a clear-text token; the handshake above replaces it
+
   w.u32(conn_index);
   RETURN_IF_ERROR(net::write_frame(fd, wire::kHello, w.str(), deadline));
   ASSIGN_OR_RETURN(net::Frame reply, net::read_frame(fd, wire::kMaxHelloBytes, deadline));
+  RETURN_IF_ERROR(net::auth::refusal_in_reply(reply, peer_name));
   ByteReader r(reply.payload);
   if (reply.type == wire::kError) {
     Status s = read_status(r);

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces of the transfer protocol (wire.h) shared by the transports and the engine core:
-// statuses on the wire, deadlines for one frame, hex, the token check, and the HELLO exchange
+// statuses on the wire, deadlines for one frame, hex, and the HELLO exchange
+// (preceded by net/auth/handshake.h when the engine has a token)
 // that opens every connection. Internal to the transfer module.
 
 #include <atomic>
@@ -28,8 +29,7 @@ Status read_status(net::ByteReader& r);
 // A status in a GROUP_ACK: its text is cut so that a whole group's statuses stay bounded.
 void write_group_status(net::ByteWriter& w, const Status& s);
 
-bool constant_time_equal(std::string_view a, std::string_view b);
-std::string to_hex(std::string_view bytes);
+// The inverse of net::auth::to_hex (lower-case hex).
 Result<std::string> from_hex(std::string_view hex);
 
 // "unix:@NAME" or "tcp:HOST:PORT".
@@ -37,7 +37,7 @@ Result<net::Fd> connect_address(const std::string& address, Deadline deadline);
 
 struct LinkConfig {
   std::string my_name;
-  std::string token;
+  std::string token;  // shared secret for net/auth/handshake.h; empty: no authentication
   TransportKind transport = TransportKind::kTcp;
   std::chrono::milliseconds io_timeout{10'000};
 };

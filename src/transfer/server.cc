@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "net/auth/handshake.h"
 #include "net/frame.h"
 #include "transfer/lease_target.h"
 #include "transfer/protocol.h"
@@ -118,6 +119,7 @@ class TransferServer::Impl {
   }
 
   Status hello(const Fd& fd, std::string* peer_name) {
+    RETURN_IF_ERROR(net::auth::authenticate_client(fd, token_));
     Deadline d = io_deadline(io_timeout_);
     ASSIGN_OR_RETURN(net::Frame f, net::read_frame(fd, wire::kMaxHelloBytes, d));
     if (f.type != wire::kHello)
@@ -126,7 +128,7 @@ class TransferServer::Impl {
     uint32_t version = r.u32();
     auto transport = static_cast<TransportKind>(r.u8());
     *peer_name = r.bytes(wire::kMaxNameBytes);
-    std::string token = r.bytes(1024);
+    r.bytes(1024);  // the retired clear-text token field, empty
     r.u32();
     RETURN_IF_ERROR(r.finish("HELLO"));
     if (version != wire::kProtocolVersion) {
@@ -136,9 +138,6 @@ class TransferServer::Impl {
     if (transport != transport_) {
       return refuse(fd, failed_precondition("peer uses another transport than " +
                                             std::string(transport_name(transport_))));
-    }
-    if (!constant_time_equal(token, token_)) {
-      return refuse(fd, permission_denied("wrong transfer token"));
     }
     ByteWriter w;
     w.bytes(name_);

@@ -1,6 +1,7 @@
 #pragma once
 // The target side of every transport: accepts connections on the engine's listener (tcp, or
-// an abstract unix socket for shm), checks each HELLO (protocol version, transport, token),
+// an abstract unix socket for shm), authenticates each peer when it has a
+// token (net/auth/handshake.h), checks each HELLO (protocol version, transport),
 // then serves the connection's frames on its own thread, handing data frames to the
 // transport's handlers (tcp/tcp_target.h; lease_target.h for shm and ucx) and NOTIFY frames to
 // the engine's callback. Internal to the transfer module.

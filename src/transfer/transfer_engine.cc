@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/logging.h"
+#include "net/auth/auth_token.h"
 #include "net/socket.h"
 #include "transfer/link.h"
 #include "transfer/one_sided_link.h"
@@ -133,7 +134,7 @@ class Engine final : public TransferEngine, private PieceSink {
     d.transport = options_.transport;
     d.address = address_;
     if (ucx_)
-      d.transport_info_hex = to_hex(ucx_->worker_address());
+      d.transport_info_hex = net::auth::to_hex(ucx_->worker_address());
     d.regions = regions_.list();
     return d;
   }

@@ -2,7 +2,7 @@
 // The transfer engine: moves bytes between registered memory regions of processes, on this
 // host (shm) or across hosts (tcp, ucx). The user model is Mooncake's Transfer Engine / NIXL:
 //   1. register memory regions; local_segment() describes them for peers (serialisable);
-//   2. open_segment(peer descriptor) -> PeerId (connects, checks the optional token);
+//   2. open_segment(peer descriptor) -> PeerId (connects, authenticates when a token is set);
 //   3. submit(peer, ops) -> BatchId, where an op is {READ|WRITE, local_addr, remote_region,
 //      remote_offset, length}; poll()/wait() with a deadline; per-op and per-batch status;
 //   4. notify(peer, bytes): small messages delivered to the peer's callback, in order per peer.
@@ -98,10 +98,10 @@ using NotificationCallback = std::function<void(const std::string& peer_name, st
 
 struct EngineOptions {
   TransportKind transport = TransportKind::kTcp;
-  std::string name;                              // shown to peers; a uuid when empty
-  std::string listen_host = "127.0.0.1";         // tcp/ucx control listener: bound to exactly this
-  int listen_port = 0;                           // 0: any free port
-  std::string token;                             // when non-empty, peers must present it
+  std::string name;                       // shown to peers; a uuid when empty
+  std::string listen_host = "127.0.0.1";  // tcp/ucx control listener: bound to exactly this
+  int listen_port = 0;                    // 0: any free port
+  std::string token;  // non-empty: peers must prove it (net/auth/handshake.h); never sent
   int num_connections_per_peer = 2;              // tcp data connections per peer
   int num_copy_threads = 1;                      // shm: threads that copy one batch
   std::chrono::milliseconds io_timeout{10'000};  // a started frame must finish within this

@@ -259,6 +259,18 @@ TEST_P(EngineTest, WrongTokenIsRefused) {
   i.token = "s3cret";
   auto good = TransferEngine::create(i).value();
   EXPECT_TRUE(good->open_segment(desc, Deadline::after_ms(2000)).is_ok());
+  EngineOptions w;
+  w.transport = GetParam();
+  w.token = "another";
+  auto wrong = TransferEngine::create(w).value();
+  auto denied = wrong->open_segment(desc, Deadline::after_ms(2000));
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied) << denied.status().to_string();
+  // A token on the initiator only: the target (no token) refuses the handshake at once.
+  const auto start = Clock::now();
+  auto unguarded = wrong->open_segment(target_->local_segment(), Deadline::after_ms(5000));
+  EXPECT_EQ(unguarded.status().code(), StatusCode::kFailedPrecondition)
+      << unguarded.status().to_string();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
 TEST_P(EngineTest, DescriptorRoundTripsAndRejectsGarbage) {

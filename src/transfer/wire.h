@@ -2,7 +2,9 @@
 // The transfer engine's control and data protocol (internal). Every message is a net::Frame;
 // payload fields are little-endian (net::ByteWriter/ByteReader). Versioned through the HELLO.
 //
-//   HELLO       initiator -> target: protocol version, transport, name, token, connection index
+//   (AUTH_*     net/auth/handshake.h's challenge-response first, only when the engine has a token)
+//   HELLO       initiator -> target: protocol version, transport, name, an empty field (once a
+//               clear-text token), connection index
 //   HELLO_OK    target -> initiator: target name          ERROR: code, message (then close)
 //   WRITE_DATA  piece id, region, offset, length, then `length` bytes written straight into
 //               the region after the bounds check (tcp)   -> ACK: piece id, code, message

@@ -4,7 +4,10 @@
 #include "bootstrap/bootstrap_process.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -103,6 +106,25 @@ TEST(BootstrapProcess, BadFlagsAndABusyPortFailWithAMessage) {
   EXPECT_EQ(second.wait_exit(10'000), 1);
   EXPECT_NE(second.output().find("error: UNAVAILABLE"), std::string::npos) << second.output();
   EXPECT_EQ(first.terminate(10'000), 0);
+}
+
+TEST(BootstrapProcess, AuthTokenFileMustHoldAToken) {
+  const std::string empty =
+      ::testing::TempDir() + "bootstrap_empty_token_" + std::to_string(::getpid());
+  { std::ofstream(empty) << "\n"; }
+  BootstrapProcess refused({"--port", "0", "--auth-token-file", empty});
+  EXPECT_EQ(refused.wait_exit(10'000), 2);
+  EXPECT_NE(refused.output().find("--auth-token-file: '" + empty + "' holds no token"),
+            std::string::npos)
+      << refused.output();
+  BootstrapProcess missing({"--port", "0", "--auth-token-file", empty + ".missing"});
+  EXPECT_EQ(missing.wait_exit(10'000), 2);
+  EXPECT_NE(missing.output().find("cannot read"), std::string::npos) << missing.output();
+  std::remove(empty.c_str());
+
+  BootstrapProcess help({"--help"});
+  EXPECT_EQ(help.wait_exit(10'000), 0);
+  EXPECT_NE(help.output().find("--auth-token-file"), std::string::npos) << help.output();
 }
 
 }  // namespace

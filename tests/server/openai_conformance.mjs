@@ -1,5 +1,5 @@
 // Drives a crescent server with the official `openai` npm client (tools/npm): completions,
-// chat, streaming of both, models, and an error case. Exits non-zero on the first mismatch.
+// chat, streaming of both, models, n = 3, logit_bias, min_tokens, and error cases. Exits non-zero on the first mismatch.
 // Usage: node openai_conformance.mjs BASE_URL MODEL
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -63,6 +63,72 @@ for await (const chunk of chstream) {
 }
 check(chatText === chat.choices[0].message.content, "streamed chat text equals whole text");
 check(finish === "length", "streamed chat finish_reason length");
+
+// n = 3: three choices indexed 0..2, usage summing their tokens; sampled with a seed they
+// differ (choice i samples with seed + i, as vLLM); greedy they are equal.
+const three = await client.chat.completions.create({
+  model, messages, max_completion_tokens: 6, temperature: 1, seed: 7, n: 3, ignore_eos: true,
+});
+check(three.choices.length === 3 && three.choices.every((c, i) => c.index === i),
+      "n=3: three choices indexed 0, 1, 2");
+check(three.usage.completion_tokens === 18, "n=3: usage.completion_tokens = 3 x 6");
+const texts = three.choices.map((c) => c.message.content);
+check(new Set(texts).size > 1, "n=3 sampled with a seed: the choices differ");
+const greedy = await client.completions.create({
+  model, prompt: "The quick brown fox", max_tokens: 8, temperature: 0, n: 3, ignore_eos: true,
+});
+check(greedy.choices.every((c) => c.text === completion.choices[0].text),
+      "n=3 greedy: every choice equals the n=1 answer");
+const byIndex = ["", "", ""];
+const finishes = [null, null, null];
+const nstream = await client.chat.completions.create({
+  model, messages, max_completion_tokens: 6, temperature: 1, seed: 7, n: 3, ignore_eos: true,
+  stream: true,
+});
+for await (const chunk of nstream) {
+  for (const c of chunk.choices) {
+    byIndex[c.index] += c.delta?.content ?? "";
+    if (c.finish_reason) finishes[c.index] = c.finish_reason;
+  }
+}
+check(byIndex.every((t) => t.length > 0) && new Set(byIndex).size > 1
+      && finishes.every((f) => f === "length"),
+      "n=3 streamed: every index gets its own text and one finish_reason");
+
+// logit_bias: +100 on one token makes greedy decoding write only it.
+const tokenized = await fetch(baseURL.replace(/\/v1$/, "") + "/tokenize", {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, prompt: " fox" }),
+}).then((r) => r.json());
+const fox = tokenized.tokens[tokenized.tokens.length - 1];
+const biased = await client.completions.create({
+  model, prompt: "The quick brown", max_tokens: 4, temperature: 0, ignore_eos: true,
+  logit_bias: { [fox]: 100 },
+});
+const detok = await fetch(baseURL.replace(/\/v1$/, "") + "/detokenize", {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, tokens: [fox, fox, fox, fox] }),
+}).then((r) => r.json());
+check(biased.choices[0].text === detok.prompt, "logit_bias +100: greedy writes only that token");
+
+// min_tokens: with EOS pushed up by logit_bias the answer is EOS at once; min_tokens 5 holds
+// EOS back for exactly 5 tokens.
+const eos = (await fetch(baseURL.replace(/\/v1$/, "") + "/tokenize", {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, prompt: "<|endoftext|>" }),
+}).then((r) => r.json())).tokens[0];
+const eager = await client.completions.create({
+  model, prompt: "The quick brown fox", max_tokens: 12, temperature: 0, logit_bias: { [eos]: 100 },
+});
+check(eager.usage.completion_tokens === 1 && eager.choices[0].finish_reason === "stop",
+      "logit_bias on EOS: the answer stops at once");
+const minTokens = await client.completions.create({
+  model, prompt: "The quick brown fox", max_tokens: 12, temperature: 0, logit_bias: { [eos]: 100 },
+  min_tokens: 5,
+});
+// EOS counts as a generated token (as in vLLM): 5 tokens, then EOS.
+check(minTokens.usage.completion_tokens === 6 && minTokens.choices[0].finish_reason === "stop",
+      "min_tokens 5: EOS waits for 5 tokens");
 
 try {
   await client.completions.create({ model, prompt: "x", max_tokens: -5 });

@@ -8,7 +8,8 @@
 //   real:     `crescent serve --enable-auto-tool-choice --tool-call-parser hermes` on a
 //             random-weight model: tools are accepted and its words come back as content.
 //   disabled: a server without the flags: tools with tool_choice "auto" are a 400 naming
-//             the flags, and "none" is accepted.
+//             the flags, "none" is accepted, and a named function and "required" (guided
+//             decoding, no parser needed) give calls whose arguments follow the schema.
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -131,6 +132,50 @@ if (mode === "scripted") {
     model, messages, tools, tool_choice: "none", max_tokens: 4,
   });
   check(typeof none.choices[0].message.content === "string", "tool_choice none is accepted");
+
+  // tool_choice naming a function, and "required": guided decoding makes even a random model
+  // call the tool with arguments that follow its schema (maxLength keeps the output short).
+  const bounded = [{
+    type: "function",
+    function: {
+      name: "get_weather",
+      parameters: {
+        type: "object", properties: { city: { type: "string", maxLength: 8 } }, required: ["city"],
+      },
+    },
+  }];
+  const named = { type: "function", function: { name: "get_weather" } };
+  const forced = await client.chat.completions.create({
+    model, messages, tools: bounded, tool_choice: named, max_tokens: 120, temperature: 0,
+  });
+  const call = forced.choices[0].message.tool_calls?.[0];
+  check(forced.choices[0].message.tool_calls?.length === 1 && call.function.name === "get_weather"
+        && call.id.startsWith("chatcmpl-tool-"), "named tool_choice: one call of the function");
+  const args = JSON.parse(call.function.arguments);
+  check(Object.keys(args).join() === "city" && typeof args.city === "string"
+        && [...args.city].length <= 8, "named tool_choice: arguments follow the schema");
+  let streamedArgs = "";
+  let streamedName = null;
+  const forcedStream = await client.chat.completions.create({
+    model, messages, tools: bounded, tool_choice: named, max_tokens: 120, temperature: 0,
+    stream: true,
+  });
+  for await (const chunk of forcedStream) {
+    for (const t of chunk.choices[0]?.delta.tool_calls ?? []) {
+      streamedName = t.function?.name ?? streamedName;
+      streamedArgs += t.function?.arguments ?? "";
+    }
+  }
+  check(streamedName === "get_weather" && streamedArgs === call.function.arguments,
+        "named tool_choice: streamed call equals the whole one");
+  const required = await client.chat.completions.create({
+    model, messages, tools: bounded, tool_choice: "required", parallel_tool_calls: false,
+    max_tokens: 200, temperature: 0,
+  });
+  const calls = required.choices[0].message.tool_calls ?? [];
+  check(calls.length === 1 && calls.every((c) => c.function.name === "get_weather"
+        && typeof JSON.parse(c.function.arguments).city === "string"),
+        "tool_choice required: calls of the tool with arguments that follow its schema");
 } else {
   check(false, `unknown mode ${mode}`);
 }
