@@ -33,6 +33,7 @@
 #include "core/json.h"
 #include "disagg/ec_protocol.h"
 #include "disagg/protocol.h"
+#include "net/auth/auth_token.h"
 #include "net/frame.h"
 #include "net/socket.h"
 #include "transfer/lease_target.h"
@@ -126,7 +127,7 @@ void fuzz_transfer_pieces(std::string_view payload) {
   }
   auto bytes = tr::from_hex(payload);
   if (bytes.is_ok()) {
-    CRESCENT_CHECK(tr::to_hex(*bytes).size() == payload.size());
+    CRESCENT_CHECK(crescent::net::auth::to_hex(*bytes).size() == payload.size());
   }
 }
 

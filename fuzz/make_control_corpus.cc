@@ -14,6 +14,7 @@
 #include "bootstrap/wire.h"
 #include "disagg/ec_protocol.h"
 #include "disagg/protocol.h"
+#include "net/auth/auth_token.h"
 #include "net/frame.h"
 #include "transfer/protocol.h"
 #include "transfer/transfer_engine.h"
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
   tr::write_status(status, crescent::invalid_argument("region 9 is not registered"));
   put(19, status.take());
   put(19, frame(tr::wire::kAck, piece(1, 1, 0, 8)));
-  put(19, tr::to_hex("transfer-token"));
+  put(19, crescent::net::auth::to_hex("transfer-token"));
 
   // Transfer target streams against regions 1 (256 bytes) and 2 (4096 bytes).
   put(20, frame(tr::wire::kWriteData, piece(1, 1, 0, 8) + "abcdefgh") +
