@@ -78,7 +78,9 @@ class SchemaCompiler {
         "items",    "minItems",   "maxItems", "enum",
         "const",    "anyOf",      "oneOf",    "maxLength",
         "minLength"};
-    for (const auto& [key, value] : s.items()) {
+    for (const auto& item : s.items()) {
+      // A named reference, not a structured binding: clang 14 cannot capture bindings.
+      const std::string& key = item.key();
       const bool known =
           std::find_if(std::begin(kSupported), std::end(kSupported),
                        [&](const char* k) { return key == k; }) != std::end(kSupported) ||

@@ -4,7 +4,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <cctype>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -14,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/logging.h"
+#include "net/http/parsed_request.h"
 
 namespace crescent::net::http {
 namespace {
@@ -22,13 +22,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 std::string status_line_and_headers(int status, const std::string& content_type,
                                     const Headers& extra, bool keep_alive,
@@ -216,8 +209,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     parser_.emplace();
-    parser_->body_limit(state_->options.max_body_bytes);
-    parser_->header_limit(state_->options.max_header_bytes);
+    apply_limits(*parser_, state_->options);
     stream_.expires_after(std::chrono::milliseconds(state_->options.read_timeout_ms));
     bhttp::async_read_header(
         stream_, buffer_, *parser_,
@@ -273,18 +265,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     auto msg = parser_->release();
     parser_.reset();
-    Request request;
-    request.method = std::string(msg.method_string());
-    request.target = std::string(msg.target());
-    auto q = request.target.find('?');
-    request.path = q == std::string::npos ? request.target : request.target.substr(0, q);
-    for (const auto& field : msg) {
-      request.headers[lower(std::string_view(
-          field.name_string().data(), field.name_string().size()))] = std::string(field.value());
-    }
-    request.body = std::move(msg.body());
-    request.remote_address = remote_;
     keep_alive_ = msg.keep_alive();
+    Request request = to_request(std::move(msg), remote_);
 
     stream_.expires_never();
     in_response_ = true;
@@ -417,7 +399,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ServerState> state_;
   std::string remote_;
   beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<BeastRequestParser> parser_;
   std::shared_ptr<Writer> writer_;
   std::shared_ptr<EndingMark> ending_;
   std::deque<std::string> out_queue_;
