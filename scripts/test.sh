@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds the release and sanitizer trees and
 # runs every test in each. Exits non-zero on any failure.
-#   scripts/test.sh            release + ASan/UBSan + TSan (what CI runs)
-#   scripts/test.sh release    one preset only (release, asan or tsan)
+#   scripts/test.sh            release + ASan/UBSan + TSan + a 20 s run of each fuzz target
+#                              (what CI runs)
+#   scripts/test.sh release    one preset only (release, asan or tsan), or `fuzz`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 presets=("$@")
-if ((${#presets[@]} == 0)); then presets=(release asan tsan); fi
+if ((${#presets[@]} == 0)); then presets=(release asan tsan fuzz); fi
 jobs=$(nproc)
 
 for preset in "${presets[@]}"; do
+  if [ "$preset" = fuzz ]; then
+    # libFuzzer targets (fuzz/, docs/fuzzing.md) over the corpus in the repo: a short run that
+    # catches a regression on known inputs and a little beyond; long runs: scripts/fuzz.sh.
+    echo "== fuzz: build + 20 s per target"
+    bash scripts/fuzz.sh --no-setup --seconds 20 --jobs "$jobs"
+    continue
+  fi
   echo "== $preset: configure + build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
