@@ -492,6 +492,10 @@ TEST_F(OpenAiServerTest, SeveralChoicesWholeAndStreamed) {
     EXPECT_FALSE(text[i].empty()) << i;
   }
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], 8);
+  // The last choice writes [DONE] before it leaves the in-flight count: wait for it.
+  for (int i = 0; i < 400 && server_->num_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(server_->num_in_flight(), 0);
   EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
 }
