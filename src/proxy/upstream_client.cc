@@ -165,11 +165,14 @@ class CallImpl : public UpstreamCall, public std::enable_shared_from_this<CallIm
     if (done_) {
       return;
     }
+    bool stopping = false;
     {
       std::lock_guard<std::mutex> lock(core_->mu);
-      if (core_->stopping) {
-        return finish(cancelled("the upstream client is shutting down"));
-      }
+      stopping = core_->stopping;
+    }
+    if (stopping) {
+      // Outside the lock: finish() takes it to drop this call from the live set.
+      return finish(cancelled("the upstream client is shutting down"));
     }
     conn_ = core_->take_idle(name_);
     if (conn_) {
