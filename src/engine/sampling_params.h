@@ -26,10 +26,12 @@ struct GuidedDecoding {
     kJsonObject,  // any JSON object (response_format json_object)
     kJsonSchema,  // json_schema: a JSON Schema subset (response_format json_schema, guided_json)
     kChoice,      // exactly one of choices, as raw text (guided_choice)
+    kRegex,       // raw text matching a regular expression in full (guided_regex)
   };
   Kind kind = Kind::kNone;
   std::string json_schema;           // kJsonSchema: the schema's JSON text
   std::vector<std::string> choices;  // kChoice
+  std::string regex;                 // kRegex: the pattern (engine/guided/regex.h)
   bool is_active() const { return kind != Kind::kNone; }
 };
 

@@ -1,6 +1,8 @@
 #include "server/forced_tool_choice.h"
 
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "engine/guided/grammar.h"
@@ -32,7 +34,7 @@ std::optional<ApiError> apply_forced_tool_choice(GenerationRequest* req) {
   if (req->sampling.guided.is_active()) {
     return bad_request(what +
                            " constrains the output itself and cannot be combined with "
-                           "'response_format', 'guided_json' or 'guided_choice'",
+                           "'response_format' or a guided_* field",
                        "tool_choice");
   }
   const ordered_json& tools = req->chat_render.tools;
@@ -44,20 +46,25 @@ std::optional<ApiError> apply_forced_tool_choice(GenerationRequest* req) {
       }
     }
   } else {
-    if (tools.size() != 1) {
-      return bad_request(
-          R"('tool_choice' "required" with more than one tool is not supported: the output )"
-          "grammar cannot yet tie each function's name to its own arguments. Name one "
-          R"(function ({"type": "function", "function": {"name": ...}}) or use "auto")",
-          "tool_choice");
+    // vLLM's shape: a non-empty array of {"name": ..., "parameters": {...}}; with several
+    // tools each call is one of them, its name picking its own parameters' schema.
+    ordered_json calls = ordered_json::array();
+    std::set<std::string> names;
+    for (const ordered_json& tool : tools) {
+      const std::string& name = tool["function"]["name"].get_ref<const std::string&>();
+      if (!names.insert(name).second) {
+        return bad_request(
+            what + " needs distinct function names: two tools are named '" + name + "'",
+            "tool_choice");
+      }
+      calls.push_back({{"type", "object"},
+                       {"properties",
+                        {{"name", {{"enum", ordered_json::array({tool["function"]["name"]})}}},
+                         {"parameters", parameters_of(tool)}}},
+                       {"required", ordered_json::array({"name", "parameters"})}});
     }
-    // vLLM's shape: a non-empty array of {"name": ..., "parameters": {...}}.
-    ordered_json call = {
-        {"type", "object"},
-        {"properties",
-         {{"name", {{"enum", ordered_json::array({tools[0]["function"]["name"]})}}},
-          {"parameters", parameters_of(tools[0])}}},
-        {"required", ordered_json::array({"name", "parameters"})}};
+    ordered_json call =
+        calls.size() == 1 ? std::move(calls[0]) : ordered_json{{"anyOf", std::move(calls)}};
     ordered_json array = {{"type", "array"}, {"minItems", 1}, {"items", std::move(call)}};
     if (!req->parallel_tool_calls) {
       array["maxItems"] = 1;  // OpenAI's parallel_tool_calls: false, at most one call

@@ -59,14 +59,14 @@ std::optional<ApiError> parse_guided_decoding(std::string_view body_text, const 
                                               engine::GuidedDecoding* out) {
   *out = engine::GuidedDecoding();
   std::vector<const char*> given;
-  for (const char* field : {"response_format", "guided_json", "guided_choice"}) {
+  for (const char* field : {"response_format", "guided_json", "guided_choice", "guided_regex"}) {
     if (auto it = body.find(field); it != body.end() && !it->is_null()) {
       given.push_back(field);
     }
   }
   if (given.size() > 1) {
-    return bad_request(std::string("only one of 'response_format', 'guided_json' and "
-                                   "'guided_choice' may be given, got '") +
+    return bad_request(std::string("only one of 'response_format', 'guided_json', "
+                                   "'guided_choice' and 'guided_regex' may be given, got '") +
                            given[0] + "' and '" + given[1] + "'",
                        given[1]);
   }
@@ -92,6 +92,12 @@ std::optional<ApiError> parse_guided_decoding(std::string_view body_text, const 
     } else {
       return bad_request("'guided_json' must be a JSON Schema object or its JSON text", field);
     }
+  } else if (field == "guided_regex") {
+    if (!value.is_string()) {
+      return bad_request("'guided_regex' must be a string", field);
+    }
+    out->kind = engine::GuidedDecoding::Kind::kRegex;
+    out->regex = value.get<std::string>();
   } else {
     if (!value.is_array()) {
       return bad_request("'guided_choice' must be a list of strings", field);

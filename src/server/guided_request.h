@@ -1,6 +1,6 @@
 #pragma once
 // The structured-output fields of a request (response_format json_object / json_schema, and
-// vLLM's guided_json / guided_choice) turned into the engine's GuidedDecoding, with the
+// vLLM's guided_json / guided_choice / guided_regex) turned into the engine's GuidedDecoding, with the
 // schema compiled once here so an unsupported keyword is a 400 naming the field.
 
 #include <nlohmann/json.hpp>

@@ -417,7 +417,6 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"function_call", is_null_or_none, R"(null or "none")"},
     {"documents", is_null, "null"},
     {"mm_processor_kwargs", is_null_or_empty, "null or {}"},
-    {"guided_regex", is_null, "null"},
     {"guided_grammar", is_null, "null"},
     {"structured_outputs", is_null, "null"},
     {"allowed_token_ids", is_null, "null"},

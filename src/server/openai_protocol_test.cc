@@ -316,6 +316,9 @@ TEST(OpenAiProtocolTest, StructuredOutputFieldsBecomeGuidedDecoding) {
   r = parse_ok(R"({"prompt":"x","guided_choice":["yes","no"]})");
   EXPECT_EQ(r.sampling.guided.kind, Kind::kChoice);
   EXPECT_EQ(r.sampling.guided.choices, (std::vector<std::string>{"yes", "no"}));
+  r = parse_ok(R"({"prompt":"x","guided_regex":"[0-9]{3}-[a-z]+"})");
+  EXPECT_EQ(r.sampling.guided.kind, Kind::kRegex);
+  EXPECT_EQ(r.sampling.guided.regex, "[0-9]{3}-[a-z]+");
 
   struct Case {
     std::string fields;
@@ -326,8 +329,12 @@ TEST(OpenAiProtocolTest, StructuredOutputFieldsBecomeGuidedDecoding) {
       {R"("response_format":{"type":"xml"})", "response_format", "must be null or have"},
       {R"("response_format":{"type":"json_schema"})", "response_format", "needs \"json_schema\""},
       {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)"
-       R"({"type":"string","pattern":"a+"}}})",
-       "response_format", "unsupported JSON Schema keyword 'pattern' at $"},
+       R"({"type":"string","pattern":"(?=a)b"}}})",
+       "response_format", "'pattern' at $: unsupported regex syntax '(?=' (lookahead)"},
+      {R"("guided_regex":"(a")", "guided_regex", "missing ')' at offset 2"},
+      {R"("guided_regex":"a\\1")", "guided_regex", "backreference"},
+      {R"("guided_regex":["a"])", "guided_regex", "must be a string"},
+      {R"("guided_regex":"a","guided_choice":["a"])", "guided_regex", "only one of"},
       {R"("guided_json":{"properties":{"d":{"type":"string","format":"date"}}})", "guided_json",
        "'format' at $.properties.d"},
       {R"("guided_json":3)", "guided_json", "must be a JSON Schema"},
@@ -353,7 +360,6 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
       R"("function_call":"auto")",
       R"("documents":[])",
       R"("mm_processor_kwargs":{"fps":1})",
-      R"("guided_regex":"a+")",
       R"("guided_grammar":"root ::= \"a\"")",
       R"("structured_outputs":{"regex":"a"})",
       R"("allowed_token_ids":[1,2])",
@@ -576,8 +582,8 @@ TEST(OpenAiProtocolTest, ToolsReachTheTemplateAndToolChoiceFollowsVllm) {
        Endpoint::kChat, "tool_choice", "must be \"none\""},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required",
           "tools":[{"type":"function","function":{"name":"f"}},
-                   {"type":"function","function":{"name":"g"}}]})",
-       Endpoint::kChat, "tool_choice", "more than one tool is not supported"},
+                   {"type":"function","function":{"name":"f"}}]})",
+       Endpoint::kChat, "tool_choice", "two tools are named 'f'"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},
           "tool_choice":{"type":"function","function":{"name":"f"}},
           "tools":[{"type":"function","function":{"name":"f"}}]})",
@@ -585,8 +591,8 @@ TEST(OpenAiProtocolTest, ToolsReachTheTemplateAndToolChoiceFollowsVllm) {
       {R"({"messages":[{"role":"user","content":"x"}],
           "tool_choice":{"type":"function","function":{"name":"f"}},
           "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
-            "properties":{"s":{"type":"string","pattern":"^a"}}}}}]})",
-       Endpoint::kChat, "tool_choice", "unsupported JSON Schema keyword 'pattern'"},
+            "properties":{"s":{"type":"string","format":"date"}}}}}]})",
+       Endpoint::kChat, "tool_choice", "unsupported JSON Schema keyword 'format'"},
       {R"({"messages":[{"role":"user","content":"x"}],
           "tool_choice":{"type":"function","function":{"name":"g"}},
           "tools":[{"type":"function","function":{"name":"f"}}]})",

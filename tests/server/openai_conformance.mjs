@@ -1,5 +1,6 @@
 // Drives a crescent server with the official `openai` npm client (tools/npm): completions,
-// chat, streaming of both, models, n = 3, logit_bias, min_tokens, and error cases. Exits non-zero on the first mismatch.
+// chat, streaming of both, models, n = 3, guided_regex, logit_bias, min_tokens, and
+// error cases. Exits non-zero on the first mismatch.
 // Usage: node openai_conformance.mjs BASE_URL MODEL
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -94,6 +95,17 @@ for await (const chunk of nstream) {
 check(byIndex.every((t) => t.length > 0) && new Set(byIndex).size > 1
       && finishes.every((f) => f === "length"),
       "n=3 streamed: every index gets its own text and one finish_reason");
+
+// guided_regex (vLLM's): every sampled answer matches the whole pattern and stops by itself.
+for (let seed = 0; seed < 8; ++seed) {
+  const r = await client.completions.create({
+    model, prompt: "Code:", max_tokens: 20, temperature: 1, seed,
+    guided_regex: "[a-z]{3}-\\d{2,4}(!|\\?)",
+  });
+  const text = r.choices[0].text;
+  check(/^[a-z]{3}-\d{2,4}(!|\?)$/.test(text) && r.choices[0].finish_reason === "stop",
+        `guided_regex seed ${seed}: ${JSON.stringify(text)} matches and stops`);
+}
 
 // logit_bias: +100 on one token makes greedy decoding write only it.
 const tokenized = await fetch(baseURL.replace(/\/v1$/, "") + "/tokenize", {

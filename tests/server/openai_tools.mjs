@@ -176,6 +176,34 @@ if (mode === "scripted") {
   check(calls.length === 1 && calls.every((c) => c.function.name === "get_weather"
         && typeof JSON.parse(c.function.arguments).city === "string"),
         "tool_choice required: calls of the tool with arguments that follow its schema");
+
+  // "required" with two tools: whichever name is written, its arguments follow that
+  // function's own schema (sampled over seeds so both names are likely to appear).
+  const two = [...bounded, {
+    type: "function",
+    function: {
+      name: "get_time",
+      parameters: {
+        type: "object", properties: { zone: { type: "integer" } }, required: ["zone"],
+      },
+    },
+  }];
+  const seen = new Set();
+  for (let seed = 0; seed < 6; ++seed) {
+    const r = await client.chat.completions.create({
+      model, messages, tools: two, tool_choice: "required", parallel_tool_calls: false,
+      max_tokens: 200, temperature: 1, seed,
+    });
+    const c = r.choices[0].message.tool_calls ?? [];
+    const a = c.length === 1 ? JSON.parse(c[0].function.arguments) : null;
+    const ok = a !== null && (c[0].function.name === "get_weather"
+        ? Object.keys(a).join() === "city" && typeof a.city === "string"
+        : c[0].function.name === "get_time" && Object.keys(a).join() === "zone"
+          && Number.isInteger(a.zone));
+    check(ok, `tool_choice required, two tools, seed ${seed}: ${c[0]?.function.name} with its own arguments`);
+    seen.add(c[0].function.name);
+  }
+  console.log("required with two tools called:", [...seen].join(", "));
 } else {
   check(false, `unknown mode ${mode}`);
 }

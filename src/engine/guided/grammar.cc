@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "core/check.h"
@@ -48,8 +49,27 @@ std::bitset<256> first_bytes_of(const Grammar& g, const Node& n) {
         out |= g.nodes[b].first_bytes;
       }
       break;
+    case NodeKind::kTaggedUnion:
+      set("{");
+      break;
+    case NodeKind::kRegex:
+      for (size_t b = 0; b < 256; ++b) {
+        out.set(b, n.regex->next[0][b] >= 0);
+      }
+      break;
   }
   return out;
+}
+
+// The automaton of a string's content without the bytes that JSON would have to escape.
+Result<std::shared_ptr<const RegexDfa>> without_escaped_bytes(const RegexDfa& dfa) {
+  std::bitset<256> banned;
+  for (size_t b = 0; b < 0x20; ++b) {
+    banned.set(b);
+  }
+  banned.set('"');
+  banned.set('\\');
+  return without_bytes(dfa, banned);
 }
 
 // Compiles one (sub)schema; `path` names where it sits, for error messages ("$.properties.a").
@@ -74,10 +94,10 @@ class SchemaCompiler {
     static constexpr const char* kIgnored[] = {"title",   "description", "$schema",  "$id",
                                                "default", "examples",    "$comment", "strict"};
     static constexpr const char* kSupported[] = {
-        "type",     "properties", "required", "additionalProperties",
-        "items",    "minItems",   "maxItems", "enum",
-        "const",    "anyOf",      "oneOf",    "maxLength",
-        "minLength"};
+        "type",      "properties", "required", "additionalProperties",
+        "items",     "minItems",   "maxItems", "enum",
+        "const",     "anyOf",      "oneOf",    "maxLength",
+        "minLength", "pattern"};
     for (const auto& item : s.items()) {
       // A named reference, not a structured binding: clang 14 cannot capture bindings.
       const std::string& key = item.key();
@@ -118,7 +138,7 @@ class SchemaCompiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("maxLength") || s.contains("minLength")) {
+    } else if (s.contains("maxLength") || s.contains("minLength") || s.contains("pattern")) {
       types.push_back("string");
     } else {
       return Grammar::kAnyValue;
@@ -142,9 +162,9 @@ class SchemaCompiler {
   static Status check_keywords_apply(const json& s, const std::string& type,
                                      const std::string& path) {
     static const std::pair<const char*, const char*> kOwner[] = {
-        {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
-        {"items", "array"},       {"minItems", "array"},  {"maxItems", "array"},
-        {"maxLength", "string"},  {"minLength", "string"}};
+        {"properties", "object"}, {"required", "object"},  {"additionalProperties", "object"},
+        {"items", "array"},       {"minItems", "array"},   {"maxItems", "array"},
+        {"maxLength", "string"},  {"minLength", "string"}, {"pattern", "string"}};
     for (const auto& [key, owner] : kOwner) {
       if (s.contains(key) && type != owner) {
         return invalid_argument("JSON Schema keyword '" + std::string(key) + "' at " + path +
@@ -197,6 +217,9 @@ class SchemaCompiler {
     } else if (type == "string") {
       n.kind = NodeKind::kString;
       RETURN_IF_ERROR(get_bounds(s, "minLength", "maxLength", path, &n.min_length, &n.max_length));
+      if (s.contains("pattern")) {
+        ASSIGN_OR_RETURN(n.regex, compile_pattern(s["pattern"], path));
+      }
     } else if (type == "integer") {
       n.kind = NodeKind::kInteger;
     } else if (type == "number") {
@@ -290,6 +313,43 @@ class SchemaCompiler {
     return add_node(*g_, std::move(n));
   }
 
+  // JSON Schema's `pattern` is a search, not a full match: unanchored ends match anything.
+  // The string's content is the raw bytes between its quotes, so a pattern may not produce
+  // '"', '\\' or control characters (they would need escaping): those bytes are cut from the
+  // automaton, and a pattern left with no match is refused.
+  static Result<std::shared_ptr<const RegexDfa>> compile_pattern(const json& pattern,
+                                                                 const std::string& path) {
+    if (!pattern.is_string()) {
+      return invalid_argument("'pattern' at " + path + " must be a string");
+    }
+    std::string text = pattern.get<std::string>();
+    const bool anchored_start = !text.empty() && text.front() == '^';
+    size_t backslashes = 0;
+    for (size_t i = text.size(); i-- > 1 && text[i - 1] == '\\';) {
+      ++backslashes;
+    }
+    const bool anchored_end =
+        text.size() > (anchored_start ? 1 : 0) && text.back() == '$' && backslashes % 2 == 0;
+    if (anchored_end) {
+      text.pop_back();
+    }
+    if (anchored_start) {
+      text.erase(0, 1);
+    }
+    const std::string any = "[^\"\\\\\\x00-\\x1f]*";
+    std::string wrapped =
+        (anchored_start ? "" : any) + "(?:" + text + ")" + (anchored_end ? "" : any);
+    auto dfa = compile_regex(wrapped);
+    if (!dfa.is_ok()) {
+      return invalid_argument("'pattern' at " + path + ": " + dfa.status().message());
+    }
+    auto escaped = without_escaped_bytes(**dfa);
+    if (!escaped.is_ok()) {
+      return invalid_argument("'pattern' at " + path + ": " + escaped.status().message());
+    }
+    return escaped;
+  }
+
   Result<int32_t> compile_any_of(const json& list, const std::string& path, int depth) {
     if (!list.is_array() || list.empty()) {
       return invalid_argument(path + " must be a non-empty array of schemas");
@@ -301,8 +361,49 @@ class SchemaCompiler {
                        compile(list[i], path + "[" + std::to_string(i) + "]", depth + 1));
       n.branches.push_back(b);
     }
-    RETURN_IF_ERROR(check_disjoint(n, path));
+    Status disjoint = check_disjoint(n, path);
+    if (!disjoint.is_ok()) {
+      std::optional<Node> tagged = tagged_union(n);
+      if (!tagged.has_value()) {
+        return disjoint;
+      }
+      return add_node(*g_, std::move(*tagged));
+    }
     return add_node(*g_, std::move(n));
+  }
+
+  // Alternatives that are all objects told apart by a string constant in the same first,
+  // required property: a kTaggedUnion. nullopt when they are not.
+  std::optional<Node> tagged_union(const Node& any_of) const {
+    Node n;
+    n.kind = NodeKind::kTaggedUnion;
+    for (int32_t b : any_of.branches) {
+      const Node& branch = g_->nodes[b];
+      if (branch.kind != NodeKind::kObject || branch.any_keys || branch.properties.empty() ||
+          !branch.properties[0].is_required) {
+        return std::nullopt;
+      }
+      const Node& tag = g_->nodes[branch.properties[0].value];
+      if (tag.kind != NodeKind::kLiteralSet || tag.literals.size() != 1 ||
+          tag.literals[0].size() < 2 || tag.literals[0][0] != '"') {
+        return std::nullopt;
+      }
+      if (n.properties.empty()) {
+        n.properties.push_back(branch.properties[0]);
+      } else if (n.properties[0].key != branch.properties[0].key) {
+        return std::nullopt;
+      }
+      // JSON strings end with their quote, so distinct constants never prefix each other.
+      if (std::find(n.literals.begin(), n.literals.end(), tag.literals[0]) != n.literals.end()) {
+        return std::nullopt;
+      }
+      n.literals.push_back(tag.literals[0]);
+      n.branches.push_back(b);
+    }
+    if (n.branches.size() > static_cast<size_t>(kMaxLiterals)) {
+      return std::nullopt;
+    }
+    return n;
   }
 
   // The matcher picks a branch by the first byte of the value, so branches must differ there.
@@ -312,7 +413,8 @@ class SchemaCompiler {
       if ((seen & g_->nodes[b].first_bytes).any()) {
         return invalid_argument("unsupported JSON Schema at " + path +
                                 ": the alternatives must be values of different types "
-                                "(told apart by their first character)");
+                                "(told apart by their first character), or objects told apart "
+                                "by a string constant in the same first required property");
       }
       seen |= g_->nodes[b].first_bytes;
     }
@@ -369,6 +471,16 @@ Result<std::shared_ptr<const Grammar>> compile_json_schema(std::string_view sche
   return std::shared_ptr<const Grammar>(std::move(g));
 }
 
+Result<std::shared_ptr<const Grammar>> compile_regex_text(std::string_view pattern) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const RegexDfa> dfa, compile_regex(pattern));
+  auto g = std::make_shared<Grammar>(make_base_grammar());
+  Node n;
+  n.kind = NodeKind::kRegex;
+  n.regex = std::move(dfa);
+  g->root = add_node(*g, std::move(n));
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
+
 Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices) {
   if (choices.empty() || choices.size() > kMaxLiterals) {
     return invalid_argument("guided_choice must list 1 to " + std::to_string(kMaxLiterals) +
@@ -395,6 +507,8 @@ Result<std::shared_ptr<const Grammar>> compile(const GuidedDecoding& guided) {
       return compile_json_schema(guided.json_schema);
     case GuidedDecoding::Kind::kChoice:
       return compile_choice(guided.choices);
+    case GuidedDecoding::Kind::kRegex:
+      return compile_regex_text(guided.regex);
     case GuidedDecoding::Kind::kNone:
       break;
   }

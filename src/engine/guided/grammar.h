@@ -1,6 +1,6 @@
 #pragma once
 // Grammar: what guided decoding lets a request produce, compiled once per request from its
-// constraint (a JSON Schema subset, "any JSON object", or a list of choices) into a small
+// constraint (a JSON Schema subset, "any JSON object", a regex or a list of choices) into a small
 // immutable tree of nodes that a Matcher walks byte by byte. Shared (read-only) between the
 // matcher copies of one request; thread-safe once built.
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/guided/regex.h"
 #include "engine/sampling_params.h"
 
 namespace crescent::engine::guided {
@@ -25,6 +26,11 @@ enum class NodeKind : uint8_t {
   kInteger,     // a JSON number without fraction or exponent
   kLiteralSet,  // exactly one of `literals` (JSON texts, or raw strings for a choice)
   kAnyOf,       // one of `branches`, told apart by their first byte
+  kRegex,       // raw text matching `regex` in full (guided_regex)
+  // One of `branches`, all objects whose first property is the same required key
+  // (properties[0].key) with a different string constant each (literals[i] for branches[i]):
+  // the constant picks the branch, e.g. tool calls {"name": "f", "parameters": {...}}.
+  kTaggedUnion,
 };
 
 struct Property {
@@ -44,7 +50,10 @@ struct Node {
   int64_t max_length = -1;            // kString; -1: unbounded
   std::vector<std::string> literals;  // kLiteralSet, at most kMaxLiterals
   std::vector<int32_t> branches;      // kAnyOf
-  std::bitset<256> first_bytes;       // the bytes a value of this node can begin with
+  // kRegex: the whole value. kString: its content (JSON Schema `pattern`, which may not
+  // produce bytes that need escaping); null for a string without a pattern.
+  std::shared_ptr<const RegexDfa> regex;
+  std::bitset<256> first_bytes;  // the bytes a value of this node can begin with
 };
 
 // Bounds that keep every state small and every output finite.
@@ -76,6 +85,8 @@ std::shared_ptr<const Grammar> compile_json_object();
 // InvalidArgument naming the unsupported keyword and where it is, e.g.
 // "unsupported JSON Schema keyword 'pattern' at $.properties.name".
 Result<std::shared_ptr<const Grammar>> compile_json_schema(std::string_view schema_json);
+// Raw text that matches `pattern` in full (guided_regex); InvalidArgument as compile_regex().
+Result<std::shared_ptr<const Grammar>> compile_regex_text(std::string_view pattern);
 // Exactly one of `choices`, as raw text (guided_choice).
 Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices);
 

@@ -144,6 +144,26 @@ void BM_ConstrainedStep(benchmark::State& st) {
 }
 BENCHMARK(BM_ConstrainedStep)->DenseRange(0, std::size(kStates) - 1);
 
+// guided_regex: a restrictive pattern (a date) and the worst case, a pattern that allows almost
+// every token (no string fast path: the walk visits the whole trie).
+const std::pair<const char*, const char*> kRegexes[] = {
+    {"date", "\\d{4}-\\d{2}-\\d{2}"},
+    {"any_text", "[^\\n]{0,200}"},
+};
+
+void BM_AllowedTokensRegex(benchmark::State& st) {
+  Fixture& f = fixture();
+  const Matcher m(*compile_regex_text(kRegexes[st.range(0)].second));
+  std::vector<int32_t> allowed;
+  for (auto _ : st) {
+    f.trie.allowed_tokens(m, &allowed);
+    benchmark::DoNotOptimize(allowed.data());
+  }
+  st.SetLabel(std::string(kRegexes[st.range(0)].first) +
+              " allowed=" + std::to_string(allowed.size()));
+}
+BENCHMARK(BM_AllowedTokensRegex)->DenseRange(0, std::size(kRegexes) - 1);
+
 template <typename F>
 double seconds_per_call(F&& f) {
   const int kCalls = 50;

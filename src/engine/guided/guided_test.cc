@@ -142,6 +142,38 @@ TEST(GuidedMatcherTest, AnyOfAndTypeLists) {
   EXPECT_FALSE(accepts(t, "1"));
 }
 
+// Objects told apart by a string constant in the same first property: the constant written
+// picks the branch, so each tag carries only its own properties (forced tool calls).
+TEST(GuidedMatcherTest, TaggedUnionTiesTheTagToItsBranch) {
+  auto g = schema(R"({"type": "array", "minItems": 1, "items": {"anyOf": [
+      {"type": "object", "properties": {"name": {"const": "get"}, "x": {"type": "integer"}},
+       "required": ["name", "x"]},
+      {"type": "object", "properties": {"name": {"enum": ["get_all"]},
+       "y": {"type": "string"}}, "required": ["name"]}]}})");
+  for (const char* ok :
+       {R"([{"name":"get","x":1}])", R"([{"name":"get_all","y":"s"}])",
+        R"([{ "name" : "get_all" }])", R"([{"name":"get","x":-2}, {"name":"get_all"}])"}) {
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  }
+  for (const char* bad :
+       {R"([{"name":"get","y":"s"}])", R"([{"name":"get_all","x":1}])", R"([{"name":"get"}])",
+        R"([{"name":"put","x":1}])", R"([{"x":1,"name":"get"}])", R"([{"name":"ge","x":1}])"}) {
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  }
+  // Not a tagged union (same constant twice; a non-string tag): refused as before.
+  for (const char* refused :
+       {R"({"anyOf": [{"properties": {"t": {"const": "a"}}, "required": ["t"]},
+                      {"properties": {"t": {"const": "a"}}, "required": ["t"]}]})",
+        R"({"anyOf": [{"properties": {"t": {"const": 1}}, "required": ["t"]},
+                      {"properties": {"t": {"const": 12}}, "required": ["t"]}]})",
+        R"({"anyOf": [{"properties": {"t": {"const": "a"}}},
+                      {"properties": {"t": {"const": "b"}}}]})"}) {
+    auto r = compile_json_schema(refused);
+    ASSERT_FALSE(r.is_ok()) << refused;
+    EXPECT_NE(r.status().message().find("different types"), std::string::npos);
+  }
+}
+
 TEST(GuidedMatcherTest, ChoiceIsRawText) {
   auto g = compile_choice({"yes", "no", "not sure"});
   ASSERT_TRUE(g.is_ok());
@@ -158,7 +190,8 @@ TEST(GuidedSchemaTest, UnsupportedKeywordsNameThemselves) {
     const char* message;
   };
   const Case cases[] = {
-      {R"({"type": "string", "pattern": "a+"})", "'pattern' at $"},
+      {R"x({"type": "string", "pattern": "a(?!b)"})x", "'pattern' at $: unsupported regex"},
+      {R"({"type": "integer", "pattern": "1"})", "'pattern' at $ applies to type string"},
       {R"({"properties": {"a": {"type": "string", "format": "date"}}})",
        "'format' at $.properties.a"},
       {R"({"$ref": "#/$defs/x"})", "'$ref' at $"},
@@ -206,8 +239,13 @@ TEST(GuidedVocabTrieTest, AllowedSetEqualsBruteForce) {
       "items": {"type": "number"}}, "b": {"type": "string", "maxLength": 4},
       "s": {"type": "string"}}, "required": ["b", "s"]})");
   bool saw_free_string = false;
-  for (const char* start : {"", R"({"b": "ab", "s": ")"}) {
-    Matcher m(g);
+  // A root regex takes the DFA walk; it must allow exactly what the matcher does.
+  auto regex = compile_regex_text("[a-u0-9\"{}]{1,12}(\\.|e5)|\u00e9+(x\u4e2d)?");
+  ASSERT_TRUE(regex.is_ok()) << regex.status().message();
+  const std::pair<std::shared_ptr<const Grammar>, const char*> cases[] = {
+      {g, ""}, {g, R"({"b": "ab", "s": ")"}, {*regex, ""}, {*regex, "\xc3\xa9"}};
+  for (const auto& [grammar, start] : cases) {
+    Matcher m(grammar);
     ASSERT_TRUE(m.advance(start));
     std::vector<int32_t> allowed;
     for (int step = 0; step < 40; ++step) {

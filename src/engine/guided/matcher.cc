@@ -43,6 +43,9 @@ enum : uint8_t {
   kObjAfterValue,  // ',' or '}'
   kObjNext,        // after ',': a key
 };
+// Tagged-union states: up to its tag's value, then the chosen branch's object in
+// kObjAfterValue.
+enum : uint8_t { kUnionOpen, kUnionFirst, kUnionKey, kUnionColon, kUnionValue, kUnionTag };
 // Array states.
 enum : uint8_t { kArrOpen, kArrFirst, kArrAfterItem, kArrNext };
 // String states.
@@ -162,6 +165,8 @@ bool Matcher::can_end(const Frame& f) const {
         }
       }
       return false;
+    case NodeKind::kRegex:
+      return n.regex->accepting[f.count] != 0;
     default:
       return false;
   }
@@ -173,7 +178,16 @@ bool Matcher::is_in_free_string() const {
   }
   const Frame& f = frames_[depth_ - 1];
   const Node& n = nodes_[f.node];
-  return n.kind == NodeKind::kString && f.state == kStrBody && f.pos == 0 && n.max_length < 0;
+  return n.kind == NodeKind::kString && f.state == kStrBody && f.pos == 0 && n.max_length < 0 &&
+         n.regex == nullptr;
+}
+
+const RegexDfa* Matcher::root_regex(int32_t* state) const {
+  if (depth_ != 1 || nodes_[frames_[0].node].kind != NodeKind::kRegex) {
+    return nullptr;
+  }
+  *state = static_cast<int32_t>(frames_[0].count);
+  return nodes_[frames_[0].node].regex.get();
 }
 
 bool Matcher::is_accepting() const {
@@ -225,6 +239,19 @@ Matcher::Step Matcher::step(Frame& f, uint8_t b) {
       return step_number(f, n, b);
     case NodeKind::kLiteralSet:
       return step_literals(f, n, b);
+    case NodeKind::kTaggedUnion:
+      return step_tagged_union(f, n, b);
+    case NodeKind::kRegex: {
+      // count is the DFA state. A full match that nothing may extend closes the value.
+      const int32_t next = n.regex->next[f.count][b];
+      if (next < 0) {
+        return Step::kReject;
+      }
+      f.count = static_cast<uint32_t>(next);
+      const auto s = static_cast<size_t>(next);
+      return n.regex->accepting[s] != 0 && n.regex->has_exit[s] == 0 ? Step::kPopConsumed
+                                                                     : Step::kConsumed;
+    }
   }
   return Step::kReject;
 }
@@ -331,6 +358,83 @@ Matcher::Step Matcher::step_object(Frame& f, const Node& n, uint8_t b) {
   }
 }
 
+// `{`, the tag's key, `:` and the tag's constant, with the object's bounded whitespace; the
+// constant's closing quote picks the branch, and the frame becomes that branch's object just
+// after its first property's value.
+Matcher::Step Matcher::step_tagged_union(Frame& f, const Node& n, uint8_t b) {
+  const std::string& key = n.properties[0].key;
+  switch (f.state) {
+    case kUnionOpen:
+      return open_container(f, '{', kUnionFirst, b);
+    case kUnionKey:
+      if (f.pos < key.size()) {
+        if (static_cast<uint8_t>(key[f.pos]) != b) {
+          return Step::kReject;
+        }
+        ++f.pos;
+        return Step::kConsumed;
+      }
+      if (b != '"') {
+        return Step::kReject;
+      }
+      f.state = kUnionColon;
+      return Step::kConsumed;
+    case kUnionTag: {
+      uint64_t next = 0;
+      for (uint64_t m = f.alive; m != 0; m &= m - 1) {
+        const int i = __builtin_ctzll(m);
+        const std::string& lit = n.literals[i];
+        if (f.pos < lit.size() && static_cast<uint8_t>(lit[f.pos]) == b) {
+          if (f.pos + 1U == lit.size()) {
+            const int32_t branch = n.branches[i];
+            f = Frame();
+            f.node = branch;
+            f.state = kObjAfterValue;
+            f.count = 0;
+            return Step::kConsumed;
+          }
+          next |= uint64_t{1} << i;
+        }
+      }
+      if (next == 0) {
+        return Step::kReject;
+      }
+      f.alive = next;
+      ++f.pos;
+      return Step::kConsumed;
+    }
+    default:
+      break;
+  }
+  if (is_ws(b) || f.num_ws > 0) {
+    if (std::optional<Step> step = take_whitespace(f, b)) {
+      return *step;
+    }
+  }
+  switch (f.state) {
+    case kUnionFirst:
+      if (b != '"') {
+        return Step::kReject;
+      }
+      f.pos = 0;
+      f.state = kUnionKey;
+      return Step::kConsumed;
+    case kUnionColon:
+      if (b != ':') {
+        return Step::kReject;
+      }
+      f.state = kUnionValue;
+      return Step::kConsumed;
+    case kUnionValue:
+      f.state = kUnionTag;
+      f.pos = 0;
+      f.alive = all_literals(n);
+      return Step::kReprocess;
+    default:
+      return Step::kReject;
+  }
+}
+
 Matcher::Step Matcher::step_array(Frame& f, const Node& n, uint8_t b) {
   if (f.state == kArrOpen) {
     return open_container(f, '[', kArrFirst, b);
@@ -383,6 +487,20 @@ Matcher::Step Matcher::step_string(Frame& f, const Node& n, uint8_t b) {
       // pos counts the continuation bytes the current UTF-8 character still needs, so only
       // valid UTF-8 is produced (a lone continuation byte would decode to U+FFFD).
       const int need = utf8_continuations(b);
+      if (n.regex != nullptr) {
+        // alive is the pattern's DFA state; its automaton has no '"', '\\' or control bytes.
+        if (b == '"') {
+          if (n.regex->accepting[f.alive] == 0) {
+            return Step::kReject;
+          }
+        } else {
+          const int32_t next = n.regex->next[f.alive][b];
+          if (next < 0) {
+            return Step::kReject;
+          }
+          f.alive = static_cast<uint64_t>(next);
+        }
+      }
       if (f.pos > 0) {
         if (need != -1) {
           return Step::kReject;

@@ -32,6 +32,9 @@ class Matcher {
   // characters without '"', '\\' and control bytes is accepted and leaves the state as it is
   // (the vocabulary walk's fast path).
   bool is_in_free_string() const;
+  // When the whole grammar is a regex (guided_regex) and no value has closed yet: its DFA, with
+  // the current state in *state; the vocabulary walk then steps the DFA alone. Else null.
+  const RegexDfa* root_regex(int32_t* state) const;
 
  private:
   struct Frame {
@@ -52,6 +55,7 @@ class Matcher {
   Step step_string(Frame& f, const Node& n, uint8_t b);
   Step step_number(Frame& f, const Node& n, uint8_t b);
   Step step_literals(Frame& f, const Node& n, uint8_t b);
+  Step step_tagged_union(Frame& f, const Node& n, uint8_t b);
   bool push(int32_t node);
   bool can_end(const Frame& f) const;
 

@@ -101,6 +101,11 @@ void VocabTrie::allowed_tokens(const Matcher& m, std::vector<int32_t>* out) cons
   while (scratch_.size() < max_depth_ + 1) {
     scratch_.push_back(m);
   }
+  int32_t state = 0;
+  if (const RegexDfa* dfa = m.root_regex(&state)) {
+    walk_dfa(0, *dfa, state, out);
+    return;
+  }
   scratch_[0] = m;
   if (m.is_in_free_string()) {
     out->assign(plain_string_ids_.begin(), plain_string_ids_.end());
@@ -124,6 +129,24 @@ void VocabTrie::walk(const Trie& trie, uint32_t node, size_t depth,
                 trie.token_ids.begin() + child.first_token + child.num_tokens);
     if (child.num_children > 0) {
       walk(trie, c, depth + 1, out);
+    }
+  }
+}
+
+void VocabTrie::walk_dfa(uint32_t node, const RegexDfa& dfa, int32_t state,
+                         std::vector<int32_t>* out) const {
+  const TrieNode& n = all_.nodes[node];
+  const std::array<int32_t, 256>& next = dfa.next[static_cast<size_t>(state)];
+  for (uint32_t c = n.first_child; c < n.first_child + n.num_children; ++c) {
+    const TrieNode& child = all_.nodes[c];
+    const int32_t s = next[child.byte];
+    if (s < 0) {
+      continue;
+    }
+    out->insert(out->end(), all_.token_ids.begin() + child.first_token,
+                all_.token_ids.begin() + child.first_token + child.num_tokens);
+    if (child.num_children > 0) {
+      walk_dfa(c, dfa, s, out);
     }
   }
 }

@@ -39,6 +39,8 @@ class VocabTrie {
   };
   static Trie build(std::span<const std::string> token_bytes, std::vector<int32_t> ids);
   void walk(const Trie& trie, uint32_t node, size_t depth, std::vector<int32_t>* out) const;
+  // The same walk for a matcher that is a root regex: one DFA lookup per node, no copies.
+  void walk_dfa(uint32_t node, const RegexDfa& dfa, int32_t state, std::vector<int32_t>* out) const;
 
   Trie all_;
   // Inside a free string (Matcher::is_in_free_string) every token of whole plain UTF-8
