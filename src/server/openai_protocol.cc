@@ -410,7 +410,6 @@ struct UnsupportedField {
 };
 
 constexpr UnsupportedField kUnsupportedFields[] = {
-    {"best_of", is_null_or_one, "null or 1"},
     {"use_beam_search", is_null_or_false, "null or false"},
     {"length_penalty", is_null_or_one, "null or 1"},
     {"functions", is_null_or_empty, "null or []"},
@@ -796,6 +795,34 @@ std::optional<ApiError> parse_kv_transfer_params(const json& p, engine::KvTransf
   return std::nullopt;
 }
 
+// best_of (after n and stream): at least n, and not above n in a stream (the best choices are
+// known only at the end), as vLLM rules.
+std::optional<ApiError> parse_best_of(const json& body, GenerationRequest* out) {
+  int64_t i = 0;
+  bool present = false;
+  CRESCENT_RETURN_IF_API_ERROR(get_int(body, "best_of", &i, &present));
+  if (!present) {
+    out->best_of = out->n;
+    return std::nullopt;
+  }
+  if (i < out->n || i > kMaxChoices) {
+    return bad_request("'best_of' must be from n (" + std::to_string(out->n) + ") to " +
+                           std::to_string(kMaxChoices) + ", got " + std::to_string(i),
+                       "best_of");
+  }
+  if (out->stream && i > out->n) {
+    return bad_request(
+        "'best_of' greater than 'n' cannot be streamed: the best choices are "
+        "known only when all have finished",
+        "best_of");
+  }
+  out->best_of = static_cast<int>(i);
+  if (out->best_of > out->n && !out->sampling.logprobs.has_value()) {
+    out->sampling.logprobs = 0;  // the sampled tokens' logprobs rank the choices
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError bad_request(std::string message, std::string param) {
@@ -883,6 +910,7 @@ std::optional<ApiError> parse_generation_request(const std::string& body, Endpoi
                          "stream_options");
     }
   }
+  CRESCENT_RETURN_IF_API_ERROR(parse_best_of(j, out));
   if (auto it = j.find("kv_transfer_params"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {
       return wrong_type("kv_transfer_params", "an object", *it);

@@ -72,6 +72,10 @@ struct GenerationRequest {
   // OpenAI's n: independent choices of the same prompt (the engine's prefix cache shares the
   // prompt's KV blocks between them). 1..kMaxChoices.
   int n = 1;
+  // vLLM's best_of: best_of choices are generated and the n with the highest cumulative
+  // logprob (the sum of the sampled tokens' logprobs, as `logprobs` reports them) are
+  // returned. n..kMaxChoices; not streamed when above n.
+  int best_of = 1;
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;

@@ -351,9 +351,27 @@ TEST(OpenAiProtocolTest, StructuredOutputFieldsBecomeGuidedDecoding) {
   }
 }
 
+TEST(OpenAiProtocolTest, BestOfIsAtLeastNAndNotStreamedAboveIt) {
+  GenerationRequest r = parse_ok(R"({"prompt":"x","n":2,"best_of":5})");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.best_of, 5);
+  ASSERT_TRUE(r.sampling.logprobs.has_value());  // asked of the engine to rank the choices
+  EXPECT_FALSE(r.want_logprobs);                 // but not returned
+  r = parse_ok(R"({"prompt":"x","n":3})");
+  EXPECT_EQ(r.best_of, 3);
+  EXPECT_FALSE(r.sampling.logprobs.has_value());
+  r = parse_ok(R"({"prompt":"x","best_of":3,"logprobs":2})");
+  EXPECT_EQ(*r.sampling.logprobs, 2);
+  for (const char* body : {R"({"prompt":"x","n":3,"best_of":2})", R"({"prompt":"x","best_of":0})",
+                           R"({"prompt":"x","best_of":200})", R"({"prompt":"x","best_of":"2"})",
+                           R"({"prompt":"x","best_of":2,"stream":true})"}) {
+    ApiError e = parse_error(body);
+    EXPECT_EQ(e.param, "best_of") << body << " -> " << e.message;
+  }
+}
+
 TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefusedByName) {
   const char* refused[] = {
-      R"("best_of":2)",
       R"("use_beam_search":true)",
       R"("length_penalty":0.5)",
       R"("functions":[{"name":"f"}])",

@@ -156,6 +156,9 @@ struct OpenAiServer::Call {
     bool failed = false;         // non-streamed: a choice failed and its error was sent
     bool submit_failed = false;  // the request was refused: every output is dropped
     std::vector<json> choices;   // non-streamed: each finished choice, by index
+    // Non-streamed best_of > n: each choice's cumulative logprob and output token count.
+    std::vector<double> cumulative_logprobs;
+    std::vector<int> num_tokens;
   };
   std::shared_ptr<Group> group = std::make_shared<Group>();
   int index = 0;  // of this choice
@@ -185,10 +188,11 @@ struct OpenAiServer::Call {
   bool forces_tool_calls = false;
 
   void append_forced_call_deltas(const GenerationOutput& out, std::vector<json>* deltas);
-  // `first` and the request's other n - 1 choices, sharing first's group and ids; `tool_parser`
-  // starts their streamers.
+  // `first` and the request's other best_of - 1 choices, sharing first's group and ids;
+  // `tool_parser` starts their streamers.
   static std::vector<std::shared_ptr<Call>> make_choices(const std::shared_ptr<Call>& first,
                                                          const ToolParser* tool_parser);
+  static int keep_best_choices(int n, Group* group);
 };
 
 // The deltas of one streamed output of a forced tool choice. Named: the call's head (index,
@@ -484,11 +488,13 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
     e.param = "model";
     return fail(e);
   }
-  if (req.n > 1 && req.kv_transfer_params) {
-    return fail(bad_request(
-        "'n' greater than 1 is not supported in disaggregated serving (this request carries "
-        "kv_transfer_params): send n separate requests",
-        "n"));
+  if (std::max(req.n, req.best_of) > 1 && req.kv_transfer_params) {
+    const char* field = req.n > 1 ? "n" : "best_of";
+    return fail(bad_request(std::string("'") + field +
+                                "' greater than 1 is not supported in disaggregated serving "
+                                "(this request carries kv_transfer_params): send separate "
+                                "requests",
+                            field));
   }
   if (is_encoder) {
     return handle_encode(request, std::move(writer), std::move(call), chat);
@@ -853,10 +859,14 @@ void OpenAiServer::start_generation(const Request& request, std::shared_ptr<Resp
 std::vector<std::shared_ptr<OpenAiServer::Call>> OpenAiServer::Call::make_choices(
     const std::shared_ptr<Call>& first, const ToolParser* tool_parser) {
   const GenerationRequest& req = first->request;
-  first->group->num_choices = req.n;
-  first->group->choices.resize(static_cast<size_t>(req.n));
+  const int num_choices = std::max(req.n, req.best_of);
+  const auto num = static_cast<size_t>(num_choices);
+  first->group->num_choices = num_choices;
+  first->group->choices.resize(num);
+  first->group->cumulative_logprobs.resize(num);
+  first->group->num_tokens.resize(num);
   std::vector<std::shared_ptr<Call>> calls = {first};
-  for (int i = 1; i < req.n; ++i) {
+  for (int i = 1; i < num_choices; ++i) {
     auto c = std::make_shared<Call>();
     c->group = first->group;
     c->index = i;
@@ -881,6 +891,31 @@ std::vector<std::shared_ptr<OpenAiServer::Call>> OpenAiServer::Call::make_choice
     calls.push_back(std::move(c));
   }
   return calls;
+}
+
+// best_of: keeps the n choices with the highest cumulative logprob, best first, indexed 0..n-1
+// (vLLM's order). Returns the output tokens of the choices kept (what usage reports).
+int OpenAiServer::Call::keep_best_choices(int n, Group* group) {
+  if (group->num_choices == n) {
+    return group->num_output_tokens;
+  }
+  std::vector<size_t> order(group->choices.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return group->cumulative_logprobs[a] > group->cumulative_logprobs[b];
+  });
+  std::vector<json> best;
+  int num_tokens = 0;
+  for (size_t k = 0; k < static_cast<size_t>(n); ++k) {
+    json choice = std::move(group->choices[order[k]]);
+    choice["index"] = k;
+    best.push_back(std::move(choice));
+    num_tokens += group->num_tokens[order[k]];
+  }
+  group->choices = std::move(best);
+  return num_tokens;
 }
 
 void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const GenerationOutput& out) {
@@ -1063,16 +1098,22 @@ void OpenAiServer::on_output(const std::shared_ptr<Call>& call, const Generation
         } else {
           choice["text"] = call->text;
         }
-        group.choices[static_cast<size_t>(call->index)] = std::move(choice);
+        const auto index = static_cast<size_t>(call->index);
+        group.choices[index] = std::move(choice);
+        group.num_tokens[index] = out.num_output_tokens;
+        for (const auto& lp : call->logprobs) {
+          group.cumulative_logprobs[index] += lp.sampled.logprob;
+        }
       }
       if (group.num_finished == group.num_choices && !group.failed) {
-        json body = {{"id", call->response_id},
-                     {"object", chat ? "chat.completion" : "text_completion"},
-                     {"created", call->created},
-                     {"model", options_.served_model_name},
-                     {"choices", std::move(group.choices)},
-                     {"usage", usage_json(out.num_prompt_tokens, group.num_output_tokens,
-                                          out.num_cached_tokens)}};
+        const int num_output_tokens = Call::keep_best_choices(req.n, &group);
+        json body = {
+            {"id", call->response_id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", call->created},
+            {"model", options_.served_model_name},
+            {"choices", std::move(group.choices)},
+            {"usage", usage_json(out.num_prompt_tokens, num_output_tokens, out.num_cached_tokens)}};
         body["kv_transfer_params"] =
             req.kv_transfer_params ? *req.kv_transfer_params : json(nullptr);
         Headers headers;

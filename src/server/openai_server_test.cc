@@ -342,7 +342,9 @@ TEST_F(OpenAiServerTest, SamplingExtensionsCheckedAgainstTheEngine) {
               R"("schema":{"type":"object","minProperties":1}}}})",
        "response_format"},
       {"/v1/chat/completions", chat + R"("tools":[{"type":"function"}]})", "tools"},
-      {"/v1/completions", R"({"prompt":"a","best_of":3})", "best_of"},
+      {"/v1/completions", R"({"prompt":"a","best_of":3,"n":4})", "best_of"},
+      {"/v1/completions", R"({"prompt":"a","best_of":2,"stream":true})", "best_of"},
+      {"/v1/completions", R"({"prompt":"a","best_of":129})", "best_of"},
   };
   for (const auto& c : cases) {
     auto r = post(c.path, c.body);
@@ -498,6 +500,34 @@ TEST_F(OpenAiServerTest, SeveralChoicesWholeAndStreamed) {
   }
   EXPECT_EQ(server_->num_in_flight(), 0);
   EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
+}
+
+// best_of: best_of engine requests, the n best returned (indexed from 0) and counted in usage;
+// the sampled logprobs are asked of the engine to rank them but not returned unasked.
+TEST_F(OpenAiServerTest, BestOfReturnsTheBestNChoices) {
+  server_->set_engine(engine_.get());
+  auto r = post("/v1/completions",
+                R"({"prompt":"hello world","max_tokens":5,"n":2,"best_of":4,"temperature":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = json::parse(r.body);
+  ASSERT_EQ(body["choices"].size(), 2u) << body;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["text"], expected_text("hello world", 5));
+    EXPECT_TRUE(body["choices"][i]["logprobs"].is_null());
+  }
+  EXPECT_EQ(body["usage"]["completion_tokens"], 10);
+  ASSERT_TRUE(engine_->last_sampling().logprobs.has_value());
+  EXPECT_EQ(*engine_->last_sampling().logprobs, 0);
+  for (int i = 0; i < 400 && server_->num_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->num_in_flight(), 0);
+  EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
+  // best_of equal to n may stream: it is n.
+  auto events = stream("/v1/completions",
+                       R"({"prompt":"hi","max_tokens":2,"n":2,"best_of":2,"stream":true})");
+  EXPECT_FALSE(events.empty());
 }
 
 TEST_F(OpenAiServerTest, SeveralChoicesAreRefusedInPdAndAbortedTogether) {

@@ -1,5 +1,5 @@
 // Drives a crescent server with the official `openai` npm client (tools/npm): completions,
-// chat, streaming of both, models, n = 3, guided_regex, logit_bias, min_tokens, and
+// chat, streaming of both, models, n = 3, best_of, guided_regex, logit_bias, min_tokens, and
 // error cases. Exits non-zero on the first mismatch.
 // Usage: node openai_conformance.mjs BASE_URL MODEL
 import { createRequire } from "node:module";
@@ -95,6 +95,21 @@ for await (const chunk of nstream) {
 check(byIndex.every((t) => t.length > 0) && new Set(byIndex).size > 1
       && finishes.every((f) => f === "length"),
       "n=3 streamed: every index gets its own text and one finish_reason");
+
+// best_of = 4, n = 2: the two of n = 4's choices (same seed: choice i samples with seed + i)
+// with the highest cumulative logprob, best first, and usage counting only those two.
+const sampled = { model, prompt: "Once upon a time", max_tokens: 6, temperature: 1, seed: 11,
+                  ignore_eos: true, logprobs: 0 };
+const four = await client.completions.create({ ...sampled, n: 4 });
+const ranked = four.choices
+    .map((c) => ({ text: c.text, sum: c.logprobs.token_logprobs.reduce((a, b) => a + b, 0) }))
+    .sort((a, b) => b.sum - a.sum);
+const best = await client.completions.create({ ...sampled, n: 2, best_of: 4 });
+check(best.choices.length === 2 && best.choices.every((c, i) => c.index === i),
+      "best_of=4 n=2: two choices indexed 0, 1");
+check(best.choices[0].text === ranked[0].text && best.choices[1].text === ranked[1].text,
+      "best_of=4 n=2: the two highest cumulative logprobs of the four, best first");
+check(best.usage.completion_tokens === 12, "best_of=4 n=2: usage counts the two returned");
 
 // guided_regex (vLLM's): every sampled answer matches the whole pattern and stops by itself.
 for (let seed = 0; seed < 8; ++seed) {
