@@ -97,13 +97,7 @@ void DecodeSide::start(const std::string& request_id, const engine::KvTransferPa
       return;
     }
     ctx_->metrics->count_result(TransferRole::kDecode, TransferResult::kNotNeeded);
-    if (!is_stopping_) {
-      std::string url = params.remote_bootstrap_addr;
-      std::string engine_id = params.remote_engine_id;
-      std::string transfer_id = params.transfer_id;
-      (void)ctx_->work->post(
-          [this, url, engine_id, transfer_id] { run_not_needed(url, engine_id, transfer_id); });
-    }
+    post_not_needed_locked(params);
     return;
   }
   if (fetches_.count(request_id) != 0) {
@@ -203,6 +197,27 @@ void DecodeSide::run_fetch(const std::string& request_id) {
   f.channel = *channel;
   f.ask_sent = Clock::now();
   f.channel->send(MessageType::kAsk, protocol::encode(f.ask));
+}
+
+void DecodeSide::post_not_needed_locked(const engine::KvTransferParams& params) {
+  if (is_stopping_) {
+    return;
+  }
+  std::string url = params.remote_bootstrap_addr;
+  std::string engine_id = params.remote_engine_id;
+  std::string transfer_id = params.transfer_id;
+  (void)ctx_->work->post(
+      [this, url, engine_id, transfer_id] { run_not_needed(url, engine_id, transfer_id); });
+}
+
+void DecodeSide::release_unpulled(const engine::KvTransferParams& params) {
+  if (!params.do_remote_prefill || params.transfer_id.empty() || params.remote_engine_id.empty() ||
+      params.remote_bootstrap_addr.empty()) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ctx_->metrics->count_result(TransferRole::kDecode, TransferResult::kCancelled);
+  post_not_needed_locked(params);
 }
 
 void DecodeSide::run_not_needed(const std::string& bootstrap_url, const std::string& engine_id,

@@ -33,6 +33,9 @@ class DecodeSide {
              int num_local_tokens);
   // True when request_id is one of this side's fetches.
   bool cancel(const std::string& request_id);
+  // A request refused before it reached the engine: NOT_NEEDED to its prefill engine (best
+  // effort, on the work queue), which frees the blocks it holds or will hold for it.
+  void release_unpulled(const engine::KvTransferParams& params);
   // Housekeeping: fetch deadlines, CANCEL grace; joins dead channels.
   void tick();
   int num_pending() const;
@@ -71,6 +74,8 @@ class DecodeSide {
   void run_fetch(const std::string& request_id);
   void run_not_needed(const std::string& bootstrap_url, const std::string& engine_id,
                       const std::string& transfer_id);
+  // Under mu_: queues run_not_needed for params' transfer (nothing once stopping).
+  void post_not_needed_locked(const engine::KvTransferParams& params);
   Result<std::string> resolve(const std::string& bootstrap_url, const std::string& engine_id,
                               Deadline deadline);
   Result<std::shared_ptr<ControlChannel>> channel_to(const std::string& addr,

@@ -185,6 +185,10 @@ void KvTransferConnector::cancel(const std::string& request_id) {
     (void)impl_->prefill_->cancel(request_id);
 }
 
+void KvTransferConnector::release_unpulled(const engine::KvTransferParams& params) {
+  impl_->decode_->release_unpulled(params);
+}
+
 void KvTransferConnector::fail_remote_decode(const std::string& request_id,
                                              const engine::KvTransferParams& params,
                                              const Status& why) {

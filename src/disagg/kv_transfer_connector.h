@@ -99,6 +99,7 @@ class KvTransferConnector final : public engine::KvConnector {
                               std::span<const int32_t> prompt_token_ids,
                               std::span<const int32_t> block_ids) override;
   void cancel(const std::string& request_id) override;
+  void release_unpulled(const engine::KvTransferParams& params) override;
   std::vector<engine::KvConnectorEvent> take_events() override;
   int num_pending() const override;
   void set_wakeup(std::function<void()> fn) override;

@@ -99,6 +99,12 @@ class KvConnector {
   virtual void fail_remote_decode(const std::string& request_id, const KvTransferParams& params,
                                   const Status& why) = 0;
 
+  // Decode side: a do_remote_prefill request that this engine will never run (its server
+  // refused it before submitting it). The connector tells the prefill engine, best effort, that
+  // nobody will pull the KV, so it frees the blocks at once instead of at its deadline.
+  // Thread-safe; never blocks.
+  virtual void release_unpulled(const KvTransferParams& params) {}
+
   // Events queued since the previous call. Thread-safe.
   virtual std::vector<KvConnectorEvent> take_events() = 0;
 

@@ -77,6 +77,10 @@ Status DataParallelEngineClient::submit(std::string request_id,
   return s;
 }
 
+void DataParallelEngineClient::release_refused_transfer(const engine::KvTransferParams& params) {
+  ranks_[0]->release_refused_transfer(params);
+}
+
 void DataParallelEngineClient::abort(const std::string& request_id) {
   int rank = -1;
   {

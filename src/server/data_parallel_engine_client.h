@@ -41,6 +41,8 @@ class DataParallelEngineClient : public EngineClient {
                 engine::SamplingParams sampling, const SubmitOptions& options,
                 OutputCallback on_output) override;
   void abort(const std::string& request_id) override;
+  // Through rank 0's connector: any rank can tell the prefill engine.
+  void release_refused_transfer(const engine::KvTransferParams& params) override;
   EngineMetrics metrics() const override;
 
  private:

@@ -150,6 +150,10 @@ class EngineClient {
   // Frees the request's resources at once; its last output (finish_reason "abort") follows.
   // Unknown or finished ids are ignored.
   virtual void abort(const std::string& request_id) = 0;
+  // A request with kv_transfer_params (do_remote_prefill) that the server refused before
+  // submit(): tells its prefill engine, best effort, that the KV will not be pulled, so it
+  // frees the blocks at once (engine::KvConnector::release_unpulled). Never blocks.
+  virtual void release_refused_transfer(const engine::KvTransferParams& params) {}
   virtual EngineMetrics metrics() const = 0;
 };
 

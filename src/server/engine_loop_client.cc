@@ -13,12 +13,15 @@ Result<std::unique_ptr<EngineLoopClient>> EngineLoopClient::create(
   RETURN_IF_ERROR(engine::Engine::validate_options(options, *loaded->runner));
   auto eng = std::make_unique<engine::Engine>(std::move(options), loaded->runner.get());
   auto loop = std::make_unique<engine::EngineLoop>(std::move(eng));
-  return std::unique_ptr<EngineLoopClient>(new EngineLoopClient(loaded, std::move(loop)));
+  return std::unique_ptr<EngineLoopClient>(
+      new EngineLoopClient(loaded, std::move(loop), kv_connector));
 }
 
 EngineLoopClient::EngineLoopClient(engine::LoadedEngine* loaded,
-                                   std::unique_ptr<engine::EngineLoop> loop)
+                                   std::unique_ptr<engine::EngineLoop> loop,
+                                   engine::KvConnector* kv_connector)
     : loaded_(loaded),
+      kv_connector_(kv_connector),
       loop_(std::move(loop)),
       max_model_len_(loaded->engine_options.max_model_len > 0
                          ? loaded->engine_options.max_model_len
@@ -27,6 +30,12 @@ EngineLoopClient::EngineLoopClient(engine::LoadedEngine* loaded,
 
 EngineLoopClient::~EngineLoopClient() {
   shutdown();
+}
+
+void EngineLoopClient::release_refused_transfer(const engine::KvTransferParams& params) {
+  if (kv_connector_ != nullptr) {
+    kv_connector_->release_unpulled(params);
+  }
 }
 
 void EngineLoopClient::shutdown() {

@@ -38,12 +38,15 @@ class EngineLoopClient : public EngineClient {
                 engine::SamplingParams sampling, const SubmitOptions& options,
                 OutputCallback on_output) override;
   void abort(const std::string& request_id) override;
+  void release_refused_transfer(const engine::KvTransferParams& params) override;
   EngineMetrics metrics() const override;
 
  private:
-  EngineLoopClient(engine::LoadedEngine* loaded, std::unique_ptr<engine::EngineLoop> loop);
+  EngineLoopClient(engine::LoadedEngine* loaded, std::unique_ptr<engine::EngineLoop> loop,
+                   engine::KvConnector* kv_connector);
 
   engine::LoadedEngine* loaded_;
+  engine::KvConnector* kv_connector_;  // may be null
   std::unique_ptr<engine::EngineLoop> loop_;
   int max_model_len_;
   int vocab_size_;

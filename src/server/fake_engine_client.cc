@@ -238,6 +238,16 @@ void FakeEngineClient::run() {
   }
 }
 
+void FakeEngineClient::release_refused_transfer(const engine::KvTransferParams& params) {
+  std::lock_guard<std::mutex> lock(mu_);
+  released_transfers_.push_back(params.transfer_id);
+}
+
+std::vector<std::string> FakeEngineClient::released_transfers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return released_transfers_;
+}
+
 engine::SamplingParams FakeEngineClient::last_sampling() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_sampling_;

@@ -41,11 +41,14 @@ class FakeEngineClient : public EngineClient {
                 engine::SamplingParams sampling, const SubmitOptions& options,
                 OutputCallback on_output) override;
   void abort(const std::string& request_id) override;
+  void release_refused_transfer(const engine::KvTransferParams& params) override;
   EngineMetrics metrics() const override;
 
   // The options of the last accepted submit(), for tests of the server's parsing.
   SubmitOptions last_submit_options() const;
   engine::SamplingParams last_sampling() const;
+  // The transfer ids given to release_refused_transfer(), in order.
+  std::vector<std::string> released_transfers() const;
   // What the last render_chat() was given.
   std::vector<ChatMessage> last_render_messages() const;
   ChatRenderOptions last_render_options() const;
@@ -71,6 +74,7 @@ class FakeEngineClient : public EngineClient {
   EngineMetrics metrics_;
   SubmitOptions last_submit_options_;
   engine::SamplingParams last_sampling_;
+  std::vector<std::string> released_transfers_;
   mutable std::vector<ChatMessage> last_render_messages_;  // set by the const render_chat()
   mutable ChatRenderOptions last_render_options_;
   bool stop_ = false;

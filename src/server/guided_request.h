@@ -1,7 +1,7 @@
 #pragma once
 // The structured-output fields of a request (response_format json_object / json_schema, and
-// vLLM's guided_json / guided_choice / guided_regex) turned into the engine's GuidedDecoding, with the
-// schema compiled once here so an unsupported keyword is a 400 naming the field.
+// vLLM's guided_json / guided_choice / guided_regex) turned into the engine's GuidedDecoding, with
+// the schema compiled once here so an unsupported keyword is a 400 naming the field.
 
 #include <nlohmann/json.hpp>
 #include <optional>

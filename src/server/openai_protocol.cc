@@ -852,6 +852,23 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::optional<engine::KvTransferParams> remote_prefill_of(const std::string& body) {
+  if (body.find("do_remote_prefill") == std::string::npos) {
+    return std::nullopt;
+  }
+  auto parsed = parse_json(body, "the request body");
+  if (!parsed.is_ok() || !parsed->is_object()) {
+    return std::nullopt;
+  }
+  auto it = parsed->find("kv_transfer_params");
+  engine::KvTransferParams params;
+  if (it == parsed->end() || !it->is_object() || parse_kv_transfer_params(*it, &params) ||
+      !params.do_remote_prefill) {
+    return std::nullopt;
+  }
+  return params;
+}
+
 std::optional<ApiError> parse_generation_request(const std::string& body, Endpoint endpoint,
                                                  GenerationRequest* out) {
   out->endpoint = endpoint;

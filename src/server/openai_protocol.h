@@ -90,6 +90,11 @@ struct GenerationRequest {
   std::optional<nlohmann::json> ec_transfer_params;
 };
 
+// The kv_transfer_params of a body that asks to pull its KV from a prefill engine
+// (do_remote_prefill), when they parse, whatever else is wrong with the body: what a decode
+// server tells the prefill engine to free when it refuses the request.
+std::optional<engine::KvTransferParams> remote_prefill_of(const std::string& body);
+
 // Parses and checks a body; everything that does not need the engine (types, ranges,
 // n == 1, non-empty messages, content part types, the shape of tool_calls) is checked here;
 // the chat template's own refusals (an unknown role, a syntax error) come when it renders. Image

@@ -454,14 +454,21 @@ void OpenAiServer::handle_generation(Request request, std::shared_ptr<ResponseWr
   // Until ec_transfer_params is parsed below, a refusal also ends the encoder reservations the
   // body names (best effort), so that refused requests do not hold the encoder's pool until
   // their reservations expire.
+  // Likewise a prefill engine holding KV for a request this (decode) server refuses frees it at
+  // once instead of at its transfer deadline.
   bool ec_params_taken = false;
+  EngineClient* engine = engine_.load();
   auto fail = [&](const ApiError& e) {
     if (!ec_params_taken) {
       release_ec_params_of(request.body);
     }
+    if (engine != nullptr) {
+      if (auto kv = remote_prefill_of(request.body)) {
+        engine->release_refused_transfer(*kv);
+      }
+    }
     send_json(*writer, e.http_status, dump_json(error_json(e)));
   };
-  EngineClient* engine = engine_.load();
   const bool is_encoder = is_encoder_ready_.load();
   if (is_unavailable_.load()) {
     return fail(api_error(503, "this server is out of service: " + unavailable_reason(),
@@ -693,11 +700,14 @@ void OpenAiServer::handle_encode(const Request& request, std::shared_ptr<Respons
 void OpenAiServer::start_generation(const Request& request, std::shared_ptr<ResponseWriter> writer,
                                     std::shared_ptr<Call> call, bool chat,
                                     std::vector<PreparedImage> images) {
-  auto fail = [&](const ApiError& e) {
-    send_json(*writer, e.http_status, dump_json(error_json(e)));
-  };
   EngineClient* engine = call->engine;
   GenerationRequest& req = call->request;
+  auto fail = [&](const ApiError& e) {
+    if (req.kv_transfer.do_remote_prefill) {
+      engine->release_refused_transfer(req.kv_transfer);
+    }
+    send_json(*writer, e.http_status, dump_json(error_json(e)));
+  };
 
   // Prompt tokens.
   std::vector<int32_t> prompt;

@@ -551,6 +551,36 @@ TEST_F(OpenAiServerTest, SeveralChoicesAreRefusedInPdAndAbortedTogether) {
   EXPECT_EQ(engine_->metrics().num_blocks_used, 0);
 }
 
+std::string repeated(const std::string& piece, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) {
+    out += piece;
+  }
+  return out;
+}
+
+// A decode request that the server refuses tells its prefill engine (through the engine's
+// connector) that nobody will pull the KV, so P frees at once instead of at its deadline; an
+// accepted one, or a refused one without do_remote_prefill, does not.
+TEST_F(OpenAiServerTest, RefusedRemotePrefillRequestsReleaseThePrefillBlocks) {
+  server_->set_engine(engine_.get());
+  const std::string kv = R"("kv_transfer_params":{"do_remote_prefill":true,"transfer_id":"t-)";
+  const std::string peer = R"(","remote_engine_id":"p","remote_bootstrap_addr":"http://h:1"})";
+  // Refused while parsing (max_tokens 0), and after it (the prompt is too long for the model).
+  EXPECT_EQ(
+      post("/v1/completions", R"({"prompt":"a","max_tokens":0,)" + kv + "1" + peer + "}").status,
+      400);
+  EXPECT_EQ(post("/v1/completions",
+                 R"({"prompt":")" + repeated("a ", 100) + R"(",)" + kv + "2" + peer + "}")
+                .status,
+            400);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":0})").status, 400);
+  EXPECT_EQ(
+      post("/v1/completions", R"({"prompt":"a","max_tokens":2,)" + kv + "3" + peer + "}").status,
+      200);
+  EXPECT_EQ(engine_->released_transfers(), (std::vector<std::string>{"t-1", "t-2"}));
+}
+
 TEST_F(OpenAiServerTest, DrainRefusesNewWork) {
   server_->set_engine(engine_.get());
   // Open the keep-alive connection first: a draining server accepts no new ones.

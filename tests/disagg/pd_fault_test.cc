@@ -262,6 +262,31 @@ TEST_F(PdFaultTest, DecodeNeverAsksPrefillReleasesAtDeadline) {
   expect_blocks_back();
 }
 
+// D refuses a request (max_tokens 0) whose KV P already holds: D tells P that nobody will pull
+// it (NOT_NEEDED), and P frees the blocks at once, long before its 30 s deadline.
+TEST_F(PdFaultTest, DecodeRefusesTheRequestPrefillFreesAtOnce) {
+  spec_.kv_transfer_timeout_s = 30;
+  start(false);
+  const std::string transfer_id = new_transfer_id();
+  json body = completion(long_prompt(80, 5), 8);
+  Reply p = send(pd_.prefill.port, "/v1/completions", prefill_body(body, transfer_id));
+  ASSERT_TRUE(p.is_ok()) << p.describe();
+  ASSERT_GT(wait_blocks_used(pd_.prefill.port, 0, Deadline::after_ms(300)), 0)
+      << "P does not hold the request's blocks";
+  body["max_tokens"] = 0;
+  Reply d = send(pd_.decode.port, "/v1/completions",
+                 decode_body(body, transfer_id, pd_.prefill.bootstrap_url(), pd_.engine_id));
+  EXPECT_EQ(d.status, 400) << d.describe();
+  const auto within = Deadline::after_ms(static_cast<int64_t>(5000 / std::min(1.0, test_scale())));
+  EXPECT_EQ(wait_blocks_used(pd_.prefill.port, 0, within), 0)
+      << "P kept the blocks of a request D refused";
+  auto m = read_metrics(pd_.prefill.port);
+  EXPECT_GE(metric_sum(m, "crescent_kv_transfer_transfers_total",
+                       {"role=\"prefill\"", "result=\"not_needed\""}),
+            1);
+  expect_blocks_back();
+}
+
 // A client that leaves mid-stream (through the proxy), and one that leaves while D still waits
 // for the KV (directly, P's half sent only afterwards).
 TEST_F(PdFaultTest, ClientDisconnectsMidStreamAndWhileWaitingForKv) {
