@@ -76,6 +76,14 @@ int scaled(int n, int minimum) {
   return std::max(minimum, static_cast<int>(std::lround(n * test_scale())));
 }
 
+int64_t slack_ms(double ms) {
+  return static_cast<int64_t>(ms / std::min(1.0, test_scale()));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 std::vector<std::string> serve_args(ServeSpec* spec) {
   std::vector<std::string> args = {"serve",
                                    "--model",

@@ -24,15 +24,6 @@ namespace {
 
 constexpr double kLeaseTtlS = 3;
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Several times more under sanitizers.
-int64_t slack_ms(double ms) {
-  return static_cast<int64_t>(ms / std::min(1.0, test_scale()));
-}
-
 std::string prompt(int num_words, int seed) {
   std::string s;
   for (int i = 0; i < num_words; ++i) {
