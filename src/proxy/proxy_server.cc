@@ -334,15 +334,19 @@ UpstreamUrl ProxyServer::decode_url(size_t index) const {
 }
 
 void ProxyServer::apply_membership(const MembershipChange& change) {
+  // The servers on the command line come first in both tables and never leave, even when one
+  // of them is also a member whose key went away.
   for (const ClusterMember& m : change.left) {
     if (m.role == "decode") {
-      if (auto index = decode_health_.find(m.url)) {
+      auto index = decode_health_.find(m.url);
+      if (index && *index >= options_.decodes.size()) {
         decode_health_.remove(*index);
       }
     } else if (m.role == "prefill") {
       auto spec = prefill_spec_of(m);
       if (spec.is_ok()) {
-        if (auto index = registry_.find(*spec)) {
+        auto index = registry_.find(*spec);
+        if (index && static_cast<size_t>(*index) >= options_.prefills.size()) {
           registry_.remove(*index);
         }
       }
