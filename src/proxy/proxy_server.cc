@@ -184,6 +184,17 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
   if (!proxy->options_.upstream_api_key.empty()) {
     RETURN_IF_ERROR(net::http::ApiKeyCheck::make(proxy->options_.upstream_api_key).status());
   }
+  if (!proxy->options_.discover_url.empty()) {
+    // The first read happens here, so the members are known before the pollers start; set
+    // before listening, since /health and /metrics read watcher_.
+    proxy->watcher_ = std::make_unique<MemberWatcher>(
+        [url = proxy->options_.discover_url] {
+          return bootstrap::read_cluster_members(url, Deadline::after_ms(kProbeTimeoutMs));
+        },
+        [p = proxy.get()](const MembershipChange& change) { p->apply_membership(change); },
+        proxy->options_.discover_interval_ms);
+    proxy->watcher_->start();
+  }
   net::http::ServerOptions http;
   http.host = proxy->options_.host;
   http.port = proxy->options_.port;
@@ -195,16 +206,6 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
           http, [p = proxy.get()](Request request, std::shared_ptr<ResponseWriter> writer) {
             p->handle(std::move(request), std::move(writer));
           }));
-  if (!proxy->options_.discover_url.empty()) {
-    // The first read happens here, so the members are known before the pollers start.
-    proxy->watcher_ = std::make_unique<MemberWatcher>(
-        [url = proxy->options_.discover_url] {
-          return bootstrap::read_cluster_members(url, Deadline::after_ms(kProbeTimeoutMs));
-        },
-        [p = proxy.get()](const MembershipChange& change) { p->apply_membership(change); },
-        proxy->options_.discover_interval_ms);
-    proxy->watcher_->start();
-  }
   proxy->registry_.start();
   if (proxy->kv_router_) {
     proxy->kv_router_->start();
