@@ -71,6 +71,9 @@ Result<Node> start_serve(const std::string& name, ServeSpec spec);
 // `crescent proxy --prefill P.url B --decode D.url`, ready (/health 200).
 Result<Node> start_proxy(const Node& prefill, const Node& decode,
                          std::vector<std::string> extra_args = {});
+// `crescent proxy --host 127.0.0.1 --port 0 ARGS...`, ready (/health 200); the error carries
+// the proxy's output.
+Result<Node> start_proxy_with(std::vector<std::string> args);
 // `crescent bootstrap --port B`, ready (GET /health 200). port 0: pick one.
 Result<Node> start_bootstrap(int port, int expected_dp_ranks = 1);
 

@@ -43,16 +43,9 @@ class PdDiscoveryTest : public ::testing::Test {
     ASSERT_TRUE(ready.is_ok()) << ready.to_string();
     ready = wait_ready(&pd_.decode, false);
     ASSERT_TRUE(ready.is_ok()) << ready.to_string();
-    auto proxy = ChildProcess::start(
-        "proxy", {"proxy", "--host", "127.0.0.1", "--port", "0", "--discover", cluster_});
-    ASSERT_TRUE(proxy.is_ok()) << proxy.status().to_string();
-    pd_.proxy.process = std::move(*proxy);
-    auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
-    auto port = pd_.proxy.process->wait_for_port(deadline);
-    ASSERT_TRUE(port.is_ok()) << port.status().to_string();
-    pd_.proxy.port = *port;
-    Status healthy = pd_.proxy.process->wait_healthy(pd_.proxy.port, deadline);
-    ASSERT_TRUE(healthy.is_ok()) << healthy.to_string() << pd_.outputs();
+    auto proxy = start_proxy_with({"--discover", cluster_});
+    ASSERT_TRUE(proxy.is_ok()) << proxy.status().to_string() << pd_.outputs();
+    pd_.proxy = std::move(*proxy);
   }
   void TearDown() override {
     std::string problems = pd_.stop_all();
