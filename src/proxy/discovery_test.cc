@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "bootstrap/etcd_members.h"
 #include "proxy/prefill_registry.h"
@@ -174,6 +176,13 @@ TEST(PrefillRegistryMembershipTest, ARegistryWithNoPrefillWaitsAndDiscoveredOnes
   EXPECT_TRUE(registry.statuses().empty());
   EXPECT_FALSE(registry.next().has_value());
   EXPECT_EQ(registry.add(spec), 0);  // back, polled again
+  EXPECT_EQ(registry.statuses().size(), 1u);
+  // Churn: each rejoin after the poller ended joins the old thread and starts one.
+  for (int i = 0; i < 20; ++i) {
+    registry.remove(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(i % 2 == 0 ? 30 : 0));
+    EXPECT_EQ(registry.add(spec), 0);
+  }
   EXPECT_EQ(registry.statuses().size(), 1u);
   registry.stop();
 }

@@ -109,7 +109,14 @@ void PrefillRegistry::start_poller_locked(int index) {
     return;
   }
   e.has_poller = true;
-  threads_.emplace_back([this, index] { poll_loop(index); });
+  threads_.resize(entries_.size());
+  std::thread& slot = threads_[static_cast<size_t>(index)];
+  if (slot.joinable()) {
+    // A poller that ended when its prefill left: past its last use of mu_ (has_poller was
+    // cleared under it), so this join returns at once.
+    slot.join();
+  }
+  slot = std::thread([this, index] { poll_loop(index); });
 }
 
 void PrefillRegistry::stop() {
@@ -121,7 +128,9 @@ void PrefillRegistry::stop() {
   }
   cv_.notify_all();
   for (auto& t : threads) {
-    t.join();
+    if (t.joinable()) {
+      t.join();
+    }
   }
 }
 

@@ -123,7 +123,7 @@ class PrefillRegistry {
   uint64_t next_pick_ = 0;            // guarded by mu_
   bool stopping_ = false;             // guarded by mu_
   bool started_ = false;              // guarded by mu_
-  std::vector<std::thread> threads_;  // guarded by mu_
+  std::vector<std::thread> threads_;  // guarded by mu_; by index (a poller at most each)
   std::function<void(int index)> on_lost_;
 };
 
