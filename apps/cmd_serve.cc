@@ -332,6 +332,14 @@ int run_serve(const std::vector<std::string>& args) {
     m.url = serve.advertise_url;
     m.role = disagg.role;
     m.bootstrap = deployment->role() == ServeRole::kPrefill ? deployment->bootstrap_url() : "";
+    // A hosted bootstrap server listens on --host: the proxy reaches it at the advertised host.
+    auto hosted = proxy::parse_upstream_url(m.bootstrap);
+    auto advertised = proxy::parse_upstream_url(m.url);  // checked by validate()
+    if (hosted.is_ok() && advertised.is_ok() &&
+        (hosted->host == "0.0.0.0" || hosted->host == "::")) {
+      hosted->host = advertised->host;
+      m.bootstrap = "http://" + hosted->host_port();
+    }
     m.engine_id = disagg.role + "-" + random_uuid();
     auto published = bootstrap::MemberPublisher::start(
         serve.cluster, m,
