@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +20,12 @@
 #include "apps/model_flags.h"
 #include "apps/multimodal_flags.h"
 #include "apps/serve_deployment.h"
+#include "bootstrap/etcd_client.h"
+#include "bootstrap/etcd_members.h"
 #include "core/clock.h"
+#include "core/ids.h"
 #include "net/http/api_key.h"
+#include "proxy/proxy_options.h"
 #include "server/openai_server.h"
 #include "server/tool_parsers/tool_parser.h"
 
@@ -79,8 +84,18 @@ struct ServeFlags {
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
   std::string api_key;
+  std::string cluster;        // --cluster etcd://HOST:PORT/CLUSTER; "" publishes nothing
+  std::string advertise_url;  // --advertise-url; "" : http://HOST:PORT from --host and --port
 
   void add_to(FlagParser& flags) {
+    flags.add("cluster", &cluster,
+              "etcd://HOST:PORT/CLUSTER: publish this worker (role, --advertise-url, and a "
+              "prefill's bootstrap address) as CLUSTER/members/ROLE/ID under a lease of "
+              "--bootstrap-lease-ttl, so that `crescent proxy --discover` with the same url "
+              "routes to it; the key goes at SIGTERM, or when the lease expires after a crash");
+    flags.add("advertise-url", &advertise_url,
+              "with --cluster: the http://HOST:PORT the proxy calls this worker at (default: "
+              "http://--host:--port; required when --host is 0.0.0.0 or ::, or --port is 0)");
     flags.add("host", &host, "address to listen on");
     flags.add("port", &port, "port to listen on (0: any free port, printed at start)");
     flags.add("served-model-name", &served_model_name,
@@ -120,6 +135,35 @@ struct ServeFlags {
     if (!tool_call_parser.empty()) {
       RETURN_IF_ERROR(server::make_tool_parser(tool_call_parser).status());
     }
+    if (!advertise_url.empty() && cluster.empty()) {
+      return invalid_argument(
+          "--advertise-url says where the proxy finds this worker; it needs "
+          "--cluster");
+    }
+    if (!cluster.empty()) {
+      if (!bootstrap::is_etcd_url(cluster)) {
+        return invalid_argument("--cluster expects etcd://HOST:PORT[/CLUSTER], got '" + cluster +
+                                "'");
+      }
+      if (auto url = bootstrap::parse_etcd_url(cluster); !url.is_ok()) {
+        return invalid_argument("--cluster: " + url.status().message());
+      }
+      if (advertise_url.empty()) {
+        if (host == "0.0.0.0" || host == "::" || port == 0) {
+          return invalid_argument(
+              "--cluster with --host " + host + " --port " + std::to_string(port) +
+              " needs --advertise-url http://HOST:PORT (where the proxy reaches this worker)");
+        }
+        advertise_url = "http://" +
+                        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                        std::to_string(port);
+      }
+      if (auto url = proxy::parse_upstream_url(advertise_url); !url.is_ok()) {
+        return invalid_argument("--advertise-url: " + url.status().message());
+      } else {
+        advertise_url = url->url;
+      }
+    }
     return Status::ok();
   }
 };
@@ -135,6 +179,7 @@ int run_serve(const std::vector<std::string>& args) {
       "[--port 8000] [--served-model-name N] [--kv-transport shm|tcp|ucx] "
       "[--kv-transfer-timeout S] [--bootstrap-port 8998 | --bootstrap-addr URL] "
       "[--bootstrap-lease-ttl 10] [--auth-token-file FILE] "
+      "[--cluster etcd://HOST:PORT/CLUSTER [--advertise-url URL]] "
       "[--data-parallel-size N] [--max-model-len N] [--max-num-seqs N] [--threads N] "
       "[--chat-template FILE|STRING] [--enable-auto-tool-choice --tool-call-parser "
       "hermes|llama3_json] [--api-key KEY]",
@@ -280,6 +325,34 @@ int run_serve(const std::vector<std::string>& args) {
   if (!deployment->bootstrap_url().empty()) {
     std::printf("crescent serve: bootstrap %s\n", deployment->bootstrap_url().c_str());
   }
+  // Published once the engine serves, so the proxy never routes to a worker still loading.
+  std::unique_ptr<bootstrap::MemberPublisher> member;
+  if (!serve.cluster.empty()) {
+    bootstrap::ClusterMember m;
+    m.url = serve.advertise_url;
+    m.role = disagg.role;
+    m.bootstrap = deployment->role() == ServeRole::kPrefill ? deployment->bootstrap_url() : "";
+    // A hosted bootstrap server listens on --host: the proxy reaches it at the advertised host.
+    auto hosted = proxy::parse_upstream_url(m.bootstrap);
+    auto advertised = proxy::parse_upstream_url(m.url);  // checked by validate()
+    if (hosted.is_ok() && advertised.is_ok() &&
+        (hosted->host == "0.0.0.0" || hosted->host == "::")) {
+      hosted->host = advertised->host;
+      m.bootstrap = "http://" + hosted->host_port();
+    }
+    m.engine_id = disagg.role + "-" + random_uuid();
+    auto published = bootstrap::MemberPublisher::start(
+        serve.cluster, m,
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(disagg.bootstrap_lease_ttl_s))));
+    if (!published.is_ok()) {
+      std::fprintf(stderr, "error: --cluster %s: %s\n", serve.cluster.c_str(),
+                   published.status().to_string().c_str());
+      return 1;
+    }
+    member = std::move(published).value();
+    std::printf("crescent serve: member %s of cluster %s\n", m.engine_id.c_str(),
+                serve.cluster.c_str());
+  }
   std::printf("%s", deployment->describe().c_str());
   if (client != nullptr) {
     std::printf("crescent serve: ready, model '%s', max_model_len %d\n",
@@ -294,6 +367,9 @@ int run_serve(const std::vector<std::string>& args) {
   std::printf("crescent serve: %s, draining %d request(s)\n",
               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", server->num_in_flight());
   std::fflush(stdout);
+  if (member) {
+    member->stop();  // leaves the cluster first: the proxy sends nothing new
+  }
   server->begin_drain();
   auto deadline = Deadline::after(
       std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, serve.drain_timeout_s) * 1000)));

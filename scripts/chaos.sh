@@ -10,8 +10,13 @@
 # clear only in a round that killed the proxy), the seconds failures took, blocks leaked and
 # RSS growth, and exits 1 if any request hung, any answer was unclear or any block leaked.
 #
-#   scripts/chaos.sh [--minutes 10] [--round-s 30] [--concurrency 8] [--seed N]
+#   scripts/chaos.sh [--minutes 10] [--round-s 30] [--concurrency 8] [--seed N] [--etcd]
 #                    [--crescent build/release/apps/crescent] [--work-dir DIR] [--port-base 18400]
+#
+# --etcd: etcd (tools/etcd/etcd, or $CRESCENT_ETCD_BINARY) takes the bootstrap's place: P
+# registers with --bootstrap-addr etcd://..., P and D publish themselves with --cluster, and the
+# proxy finds both with --discover only. The bootstrap's faults then hit etcd (kill -9 and a
+# restart on the same ports and data dir, or SIGSTOP).
 #
 # Not part of scripts/test.sh: it runs for as long as it is told (bounded by --minutes).
 set -euo pipefail
@@ -27,6 +32,8 @@ work_dir=""
 port_base=18400
 lease_ttl=3
 idle_timeout_s=20
+use_etcd=0
+etcd_binary="${CRESCENT_ETCD_BINARY:-$repo/tools/etcd/etcd}"
 
 usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
@@ -41,12 +48,16 @@ while (($#)); do
     --crescent) crescent="${2:?}"; shift 2 ;;
     --work-dir) work_dir="${2:?}"; shift 2 ;;
     --port-base) port_base="${2:?}"; shift 2 ;;
+    --etcd) use_etcd=1; shift ;;
     -h|--help) usage ;;
     *) echo "chaos: unknown argument '$1'" >&2; usage ;;
   esac
 done
 [[ -x "$crescent" ]] || { echo "chaos: $crescent is not an executable (build it first)" >&2; exit 2; }
 [[ "$minutes" =~ ^[0-9]+$ && "$round_s" =~ ^[0-9]+$ && "$round_s" -ge 10 ]] || { echo "chaos: --minutes must be a whole number and --round-s one >= 10" >&2; exit 2; }
+if ((use_etcd)); then
+  [[ -x "$etcd_binary" ]] || { echo "chaos: --etcd needs $etcd_binary (scripts/setup.sh)" >&2; exit 2; }
+fi
 RANDOM=$seed
 work_dir="${work_dir:-$(mktemp -d /tmp/crescent-chaos.XXXXXX)}"
 mkdir -p "$work_dir"
@@ -58,8 +69,28 @@ port_of[decode]=$((port_base + 2))
 port_of[proxy]=$((port_base + 3))
 model="$work_dir/model"
 
+etcd_peer="http://127.0.0.1:$((port_base + 4))"
+etcd_url="etcd://127.0.0.1:${port_of[bootstrap]}/chaos"
+
 args_of() {
   local bootstrap_url="http://127.0.0.1:${port_of[bootstrap]}"
+  if ((use_etcd)); then
+    case "$1" in
+      bootstrap)
+        echo --name chaos --data-dir "$work_dir/etcd" --log-level warn \
+          --listen-client-urls "$bootstrap_url" --advertise-client-urls "$bootstrap_url" \
+          --listen-peer-urls "$etcd_peer" --initial-advertise-peer-urls "$etcd_peer" \
+          --initial-cluster "chaos=$etcd_peer" ;;
+      prefill | decode)
+        echo serve --model "$model" --served-model-name tiny --threads 1 --max-model-len 1024 \
+          --kv-cache-mb 32 --role "$1" --port "${port_of[$1]}" \
+          $([[ $1 == prefill ]] && echo --bootstrap-addr "$etcd_url/p0") \
+          --cluster "$etcd_url/c1" --bootstrap-lease-ttl "$lease_ttl" --kv-transfer-timeout 10 ;;
+      proxy)
+        echo proxy --port "${port_of[proxy]}" --discover "$etcd_url/c1" ;;
+    esac
+    return
+  fi
   case "$1" in
     bootstrap)
       echo bootstrap --port "${port_of[bootstrap]}" --bootstrap-lease-ttl "$lease_ttl" ;;
@@ -75,9 +106,10 @@ args_of() {
 }
 
 start() {  # start NAME: runs it and waits until its /health answers 200
-  local name=$1
+  local name=$1 binary=$crescent
+  [[ $name == bootstrap ]] && ((use_etcd)) && binary=$etcd_binary
   # shellcheck disable=SC2046
-  "$crescent" $(args_of "$name") >> "$work_dir/$name.log" 2>&1 &
+  "$binary" $(args_of "$name") >> "$work_dir/$name.log" 2>&1 &
   pid_of[$name]=$!
   for _ in $(seq 300); do
     if curl -sf -o /dev/null -m 1 "http://127.0.0.1:${port_of[$name]}/health"; then

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "bootstrap/etcd_client.h"
+#include "bootstrap/etcd_members.h"
 #include "bootstrap/lease_keeper.h"
 #include "net/socket.h"
 #include "tests/testing/etcd_process.h"
@@ -300,6 +301,62 @@ TEST_F(EtcdTest, BadRegistrationsAreRefused) {
   ASSERT_FALSE(table.is_ok());
   EXPECT_EQ(table.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(table.status().message().find("/crescent/engines/x/owner"), std::string::npos);
+}
+
+TEST_F(EtcdTest, MembersArePublishedRenewedAndRevoked) {
+  const std::string cluster = etcd_->url("/c");
+  ClusterMember d{
+      .url = "http://127.0.0.1:8020", .role = "decode", .bootstrap = "", .engine_id = "decode-1"};
+  ClusterMember p{.url = "http://127.0.0.1:8010",
+                  .role = "prefill",
+                  .bootstrap = "etcd://127.0.0.1:2379/p0",
+                  .engine_id = "prefill-1"};
+  auto pd = MemberPublisher::start(cluster, d, 1);
+  ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
+  auto pp = MemberPublisher::start(cluster, p, 1);
+  ASSERT_TRUE(pp.is_ok()) << pp.status().to_string();
+  // A value another writer broke is skipped and named; the others stay readable.
+  ASSERT_TRUE(client().put("/c/members/decode/broken", "{", 0, soon()).is_ok());
+  // Past the 1 s ttl: kept alive.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  auto list = read_cluster_members(cluster, soon());
+  ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+  ASSERT_EQ(list->members.size(), 2u);
+  EXPECT_EQ(list->members[0], d);  // key order: decode before prefill
+  EXPECT_EQ(list->members[1], p);
+  ASSERT_EQ(list->skipped.size(), 1u);
+  EXPECT_NE(list->skipped[0].find("/c/members/decode/broken"), std::string::npos);
+  EXPECT_GE((*pd)->num_renewals(), 2);
+  // stop() revokes: the member is gone at once, not after the ttl.
+  (*pd)->stop();
+  list = read_cluster_members(cluster, soon());
+  ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+  ASSERT_EQ(list->members.size(), 1u);
+  EXPECT_EQ(list->members[0].engine_id, "prefill-1");
+  EXPECT_FALSE(MemberPublisher::start("http://127.0.0.1:1", d, 1).is_ok());
+  ClusterMember bad = d;
+  bad.role = "boss";
+  EXPECT_FALSE(MemberPublisher::start(cluster, bad, 1).is_ok());
+}
+
+TEST_F(EtcdTest, AMemberWhoseLeaseLapsedIsPublishedAgain) {
+  const std::string cluster = etcd_->url("/c");
+  ClusterMember d{
+      .url = "http://127.0.0.1:8020", .role = "decode", .bootstrap = "", .engine_id = "decode-1"};
+  auto pub = MemberPublisher::start(cluster, d, 3);
+  ASSERT_TRUE(pub.is_ok()) << pub.status().to_string();
+  // As if etcd had lost the lease (restored from a backup, or unreachable past the ttl).
+  auto key = client().get("/c/members/decode/decode-1", soon());
+  ASSERT_TRUE(key.is_ok() && key->has_value());
+  ASSERT_TRUE(client().revoke_lease((*key)->lease, soon()).is_ok());
+  auto deadline = Deadline::after_ms(5000);
+  bool back = false;
+  while (!back && !deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto list = read_cluster_members(cluster, soon());
+    back = list.is_ok() && list->members.size() == 1;
+  }
+  EXPECT_TRUE(back) << "the member was not published again within 5 s (renewals every 1 s)";
 }
 
 }  // namespace

@@ -94,21 +94,104 @@ PrefillRegistry::~PrefillRegistry() {
 }
 
 void PrefillRegistry::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = true;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    threads_.emplace_back([this, i] { poll_loop(static_cast<int>(i)); });
+    if (entries_[i].is_member) {
+      start_poller_locked(static_cast<int>(i));
+    }
   }
 }
 
+void PrefillRegistry::start_poller_locked(int index) {
+  Entry& e = entries_[static_cast<size_t>(index)];
+  if (!started_ || stopping_ || e.has_poller) {
+    return;
+  }
+  e.has_poller = true;
+  threads_.resize(entries_.size());
+  std::thread& slot = threads_[static_cast<size_t>(index)];
+  if (slot.joinable()) {
+    // A poller that ended when its prefill left: past its last use of mu_ (has_poller was
+    // cleared under it), so this join returns at once.
+    slot.join();
+  }
+  slot = std::thread([this, index] { poll_loop(index); });
+}
+
 void PrefillRegistry::stop() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (auto& t : threads_) {
-    t.join();
+  for (auto& t : threads) {
+    if (t.joinable()) {
+      t.join();
+    }
   }
-  threads_.clear();
+}
+
+int PrefillRegistry::add(PrefillSpec spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string bootstrap = spec.bootstrap_addr();
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (e.spec.server.url == spec.server.url && e.spec.bootstrap_addr() == bootstrap) {
+      if (!e.is_member) {
+        e.is_member = true;
+        e.is_ready = false;
+        e.is_up = false;
+        e.engine_ids.clear();
+        e.waiting_for = "prefill " + e.spec.server.url + " (not polled yet)";
+        start_poller_locked(static_cast<int>(i));
+      }
+      return static_cast<int>(i);
+    }
+  }
+  Entry e;
+  e.waiting_for = "prefill " + spec.server.url + " (not polled yet)";
+  e.spec = std::move(spec);
+  e.is_discovered = true;
+  entries_.push_back(std::move(e));
+  const int index = static_cast<int>(entries_.size() - 1);
+  start_poller_locked(index);
+  return index;
+}
+
+void PrefillRegistry::remove(int index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_.at(static_cast<size_t>(index));
+    if (!e.is_member) {
+      return;
+    }
+    e.is_member = false;
+    if (on_lost_) {
+      on_lost_(index);
+    }
+    rebuild_table_locked();
+  }
+  cv_.notify_all();  // its poller wakes and ends
+}
+
+std::optional<int> PrefillRegistry::find(const PrefillSpec& spec) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string bootstrap = spec.bootstrap_addr();
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].spec.server.url == spec.server.url &&
+        entries_[i].spec.bootstrap_addr() == bootstrap) {
+      return static_cast<int>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+PrefillSpec PrefillRegistry::spec(int index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.at(static_cast<size_t>(index)).spec;
 }
 
 bool PrefillRegistry::sleep_ms(int64_t ms) {
@@ -127,6 +210,14 @@ void PrefillRegistry::poll_loop(int index) {
   net::http::HttpClient server(spec.server.host, spec.server.port);
   net::http::HttpClient bootstrap_client(spec.server.host, spec.bootstrap_port);
   while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[static_cast<size_t>(index)];
+      if (!e.is_member) {  // left the cluster (remove)
+        e.has_poller = false;
+        return;
+      }
+    }
     // Why this poll failed ("" if it did not), else the engine ids it read.
     std::string failure;
     std::vector<std::string> ids;
@@ -167,6 +258,10 @@ void PrefillRegistry::poll_loop(int index) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = entries_[static_cast<size_t>(index)];
+      if (!e.is_member) {
+        e.has_poller = false;
+        return;
+      }
       bool changed = false;
       if (failure.empty()) {
         if (!e.is_ready) {
@@ -205,7 +300,7 @@ void PrefillRegistry::poll_loop(int index) {
       is_ready = e.is_ready;
     }
     if (!sleep_ms(is_ready ? refresh_interval_ms_ : poll_interval_ms_)) {
-      return;
+      return;  // stopping: has_poller stays set, so nothing starts another
     }
   }
 }
@@ -214,16 +309,22 @@ void PrefillRegistry::rebuild_table_locked() {
   table_.clear();
   is_ready_ = true;
   bool any_up = false;
+  bool any_ready = false;
   for (const auto& e : entries_) {
-    is_ready_ = is_ready_ && e.is_ready;
+    if (!e.is_member) {
+      continue;
+    }
+    is_ready_ = is_ready_ && (e.is_ready || e.is_discovered);
+    any_ready = any_ready || e.is_ready;
     any_up = any_up || e.is_up;
   }
+  is_ready_ = is_ready_ && any_ready;
   if (!is_ready_) {
     return;
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (any_up && !e.is_up) {
+    if (!e.is_member || !e.is_ready || (any_up && !e.is_up)) {
       continue;
     }
     for (size_t rank = 0; rank < e.engine_ids.size(); ++rank) {
@@ -245,11 +346,11 @@ bool PrefillRegistry::is_ready() const {
 std::string PrefillRegistry::waiting_for() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : entries_) {
-    if (!e.is_ready) {
+    if (e.is_member && !e.is_ready) {
       return e.waiting_for;
     }
   }
-  return "";
+  return is_ready_ ? "" : "a prefill server (none is given or has joined)";
 }
 
 std::optional<PrefillPick> PrefillRegistry::next() {
@@ -284,6 +385,9 @@ std::vector<PrefillStatus> PrefillRegistry::statuses() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<PrefillStatus> out;
   for (const auto& e : entries_) {
+    if (!e.is_member) {
+      continue;
+    }
     PrefillStatus s;
     s.url = e.spec.server.url;
     s.is_ready = e.is_ready;

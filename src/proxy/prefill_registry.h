@@ -11,6 +11,11 @@
 // another prefill is up (if all are down, it uses them all, so that requests fail with an
 // error naming the prefill rather than a 503).
 //
+// Prefills can join and leave at run time (`--discover`, discovery.h): add() starts polling one
+// (it enters the rotation once it answers; it does not hold up readiness, which waits only for
+// the prefills given at construction), remove() takes it out at once. Indices are never reused
+// for another prefill, so an index a request in flight holds stays valid.
+//
 // Thread-safe.
 
 #include <atomic>
@@ -66,6 +71,17 @@ class PrefillRegistry {
   // its 2 s deadline). Idempotent.
   void stop();
 
+  // A prefill that joined: its index. One already known (same url and bootstrap) keeps its
+  // index. Polled from now on (also before start(): its poller starts with the others).
+  int add(PrefillSpec spec);
+  // A prefill that left: out of the rotation and statuses at once; its poller ends.
+  void remove(int index);
+  // The index of a known prefill (url and bootstrap address), member or not.
+  std::optional<int> find(const PrefillSpec& spec) const;
+  // The prefill at `index` (any index add() or the constructor gave).
+  PrefillSpec spec(int index) const;
+
+  // Every prefill given at construction has been ready, and one that is a member is ready.
   bool is_ready() const;
   // "" when ready; else what is awaited, naming the first prefill that is not ready.
   std::string waiting_for() const;
@@ -86,7 +102,12 @@ class PrefillRegistry {
     bool is_up = false;
     std::vector<std::string> engine_ids;  // by dp rank
     std::string waiting_for;
+    bool is_member = true;
+    bool is_discovered = false;  // added by add(): readiness does not wait for it
+    bool has_poller = false;     // its poll_loop runs (or is about to)
   };
+  // Starts index's poller unless one runs. Under mu_.
+  void start_poller_locked(int index);
   void poll_loop(int index);
   void rebuild_table_locked();
   // Sleeps up to ms; false when stopping.
@@ -96,12 +117,13 @@ class PrefillRegistry {
   const int64_t refresh_interval_ms_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Entry> entries_;      // guarded by mu_
-  std::vector<PrefillPick> table_;  // guarded by mu_; empty unless all are ready
-  bool is_ready_ = false;           // guarded by mu_; every prefill has been ready
-  uint64_t next_pick_ = 0;          // guarded by mu_
-  bool stopping_ = false;           // guarded by mu_
-  std::vector<std::thread> threads_;
+  std::vector<Entry> entries_;        // guarded by mu_
+  std::vector<PrefillPick> table_;    // guarded by mu_; empty unless all are ready
+  bool is_ready_ = false;             // guarded by mu_; every prefill has been ready
+  uint64_t next_pick_ = 0;            // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+  bool started_ = false;              // guarded by mu_
+  std::vector<std::thread> threads_;  // guarded by mu_; by index (a poller at most each)
   std::function<void(int index)> on_lost_;
 };
 

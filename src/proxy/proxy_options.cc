@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "bootstrap/etcd_client.h"
 #include "bootstrap/etcd_registry.h"
 #include "net/http/api_key.h"
 
@@ -180,7 +181,8 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
                                          "router-overlap-weight",
                                          "router-load-weight",
                                          "router-poll-interval-ms",
-                                         "router-max-index-entries"};
+                                         "router-max-index-entries",
+                                         "discover"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return name == k; }) == std::end(kKnown)) {
       return invalid_argument("unknown flag --" + name + " (see --help)");
@@ -193,6 +195,17 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
     }
     if (name.starts_with("router-")) {
       router_tuning_flag = "--" + name;
+    }
+    if (name == "discover") {
+      if (!bootstrap::is_etcd_url(value)) {
+        return invalid_argument("--discover expects etcd://HOST:PORT[/CLUSTER], got '" + value +
+                                "'");
+      }
+      if (auto url = bootstrap::parse_etcd_url(value); !url.is_ok()) {
+        return invalid_argument("--discover: " + url.status().message());
+      }
+      o.discover_url = value;
+      continue;
     }
     if (name == "host") {
       if (value.empty()) {
@@ -305,7 +318,19 @@ Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args) {
           "--pd (colocated prefill+decode servers) cannot be combined with --prefill or "
           "--decode");
     }
+    if (!o.discover_url.empty()) {
+      return invalid_argument(
+          "--discover finds prefill and decode servers; it cannot be combined with --pd");
+    }
     return parsed;
+  }
+  if (!o.discover_url.empty()) {
+    if (o.kv_aware_router) {
+      return invalid_argument(
+          "--router kv_aware needs a fixed set of --prefill servers; it cannot be combined with "
+          "--discover");
+    }
+    return parsed;  // --prefill and --decode may add static servers, or be left out
   }
   if (o.prefills.empty()) {
     return invalid_argument(
@@ -331,6 +356,7 @@ std::string proxy_help_text() {
                       [--router round_robin|kv_aware] [--router-overlap-weight W]
                       [--router-load-weight W] [--router-poll-interval-ms MS]
                       [--router-max-index-entries N]
+       crescent proxy --discover etcd://HOST:PORT/CLUSTER [--prefill ...] [--decode ...] [...]
        crescent proxy [--encode URL ...] --pd URL [--pd ...] [...]
 
 An OpenAI-compatible router for disaggregated serving: each request is prefilled on one
@@ -374,7 +400,17 @@ Readiness: the proxy polls each prefill's /health, then its bootstrap server's /
 completion endpoints answer 503; /health also answers 503 while no decode server is up. /v1/models is forwarded to a decode server; /metrics is
 Prometheus text.
 
+Discovery, with --discover etcd://HOST:PORT/CLUSTER: the proxy reads CLUSTER/members/ in etcd
+every second, where `crescent serve --cluster ... --advertise-url ...` workers publish
+themselves under a lease; prefill and decode members join the rotation (next to any --prefill
+and --decode given) and leave it as soon as their key is gone (the worker stopped, or died and
+its lease expired). With etcd unreachable the last known set stays; /metrics has
+crescent_proxy_discovered_members and crescent_proxy_discovery_up. Not with --pd or --router
+kv_aware.
+
 flags:
+  --discover URL         etcd://HOST:PORT/CLUSTER: follow the cluster's prefill and decode
+                         members (see Discovery); --prefill and --decode become optional
   --host ADDR            address to listen on (default 127.0.0.1)
   --port N               port to listen on; 0 picks a free one, printed at start (default 8000)
   --prefill URL [PORT]   a prefill server (http://HOST:PORT) and the port of its bootstrap

@@ -95,6 +95,11 @@ struct ProxyOptions {
   int64_t router_poll_interval_ms = 100;        // how often each prefill's KV events are read
   size_t router_max_index_entries = 1'000'000;  // block hashes the KV index keeps at most
   int64_t router_tokenize_timeout_ms = 1000;    // the /tokenize call for a prompt's hashes
+  // --discover: "etcd://HOST:PORT/CLUSTER" whose members (bootstrap/etcd_members.h) join and
+  // leave the prefill and decode pools at run time (discovery.h); "" for none. Then prefills
+  // and decodes may be empty.
+  std::string discover_url;
+  int64_t discover_interval_ms = 1000;  // how often the members are read
 };
 
 // The result of reading the command line: options, or a request for --help.
@@ -104,7 +109,8 @@ struct ParsedProxyArgs {
 };
 
 // Reads `crescent proxy` arguments (the words after "proxy"). InvalidArgument with a message
-// for the user on anything wrong, including no --prefill or no --decode (and no --pd), or
+// for the user on anything wrong, including no --prefill or no --decode (and no --pd nor
+// --discover), or
 // --pd together with --prefill or --decode.
 Result<ParsedProxyArgs> parse_proxy_args(const std::vector<std::string>& args);
 

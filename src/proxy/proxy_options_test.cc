@@ -206,5 +206,26 @@ TEST(ProxyArgsTest, RouterFlags) {
   EXPECT_NE(pd.status().message().find("--pd"), std::string::npos);
 }
 
+TEST(ProxyArgsTest, DiscoverMakesStaticServersOptional) {
+  auto only = parse_proxy_args({"--discover", "etcd://10.0.0.9:2379/c1"});
+  ASSERT_TRUE(only.is_ok()) << only.status().to_string();
+  EXPECT_EQ(only->options.discover_url, "etcd://10.0.0.9:2379/c1");
+  EXPECT_TRUE(only->options.prefills.empty());
+  auto mixed =
+      parse_proxy_args({"--discover", "etcd://h:2379/c1", "--decode", "http://10.0.0.2:8020"});
+  ASSERT_TRUE(mixed.is_ok()) << mixed.status().to_string();
+  EXPECT_EQ(mixed->options.decodes.size(), 1u);
+  auto http = parse_proxy_args({"--discover", "http://h:2379"});
+  ASSERT_FALSE(http.is_ok());
+  EXPECT_NE(http.status().message().find("--discover"), std::string::npos);
+  auto pd = parse_proxy_args({"--discover", "etcd://h:2379/c", "--pd", "http://h:1"});
+  ASSERT_FALSE(pd.is_ok());
+  EXPECT_NE(pd.status().message().find("--pd"), std::string::npos);
+  auto kv = parse_proxy_args({"--discover", "etcd://h:2379/c", "--router", "kv_aware"});
+  ASSERT_FALSE(kv.is_ok());
+  EXPECT_NE(kv.status().message().find("kv_aware"), std::string::npos);
+  EXPECT_NE(proxy_help_text().find("--discover URL"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace crescent::proxy

@@ -131,6 +131,7 @@ ProxyServer::ProxyServer(ProxyOptions options)
     : options_(std::move(options)),
       registry_(options_.prefills, options_.poll_interval_ms, options_.refresh_interval_ms),
       decode_health_(urls_of(is_pd_mode() ? options_.pds : options_.decodes)),
+      decode_urls_(is_pd_mode() ? options_.pds : options_.decodes),
       encoder_router_(std::max<size_t>(1, options_.encoders.size()),
                       options_.max_encoder_affinity_entries) {
   std::vector<std::string> encoder_urls;
@@ -164,9 +165,13 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
       return invalid_argument(
           "colocated prefill+decode servers (pds) cannot be mixed with prefill and decode ones");
     }
-  } else if (options.prefills.empty() || options.decodes.empty()) {
+  } else if ((options.prefills.empty() || options.decodes.empty()) &&
+             options.discover_url.empty()) {
     return invalid_argument(
         "the proxy needs at least one prefill and one decode server, or one pd server");
+  }
+  if (!options.discover_url.empty() && (!options.pds.empty() || options.kv_aware_router)) {
+    return invalid_argument("--discover cannot be combined with --pd or --router kv_aware");
   }
   if (options.kv_aware_router &&
       (!options.pds.empty() || options.prefills.size() > size_t{KvIndex::kMaxUpstreams})) {
@@ -178,6 +183,17 @@ Result<std::unique_ptr<ProxyServer>> ProxyServer::start(ProxyOptions options) {
   }
   if (!proxy->options_.upstream_api_key.empty()) {
     RETURN_IF_ERROR(net::http::ApiKeyCheck::make(proxy->options_.upstream_api_key).status());
+  }
+  if (!proxy->options_.discover_url.empty()) {
+    // The first read happens here, so the members are known before the pollers start; set
+    // before listening, since /health and /metrics read watcher_.
+    proxy->watcher_ = std::make_unique<MemberWatcher>(
+        [url = proxy->options_.discover_url] {
+          return bootstrap::read_cluster_members(url, Deadline::after_ms(kProbeTimeoutMs));
+        },
+        [p = proxy.get()](const MembershipChange& change) { p->apply_membership(change); },
+        proxy->options_.discover_interval_ms);
+    proxy->watcher_->start();
   }
   net::http::ServerOptions http;
   http.host = proxy->options_.host;
@@ -219,6 +235,9 @@ void ProxyServer::stop() {
   }
   // Ends the relays still in flight: their upstream connections close, so the servers abort.
   upstream_->shutdown();
+  if (watcher_) {
+    watcher_->stop();
+  }
   registry_.stop();
   if (kv_router_) {
     kv_router_->stop();
@@ -303,14 +322,65 @@ void ProxyServer::answer_no_decode(ApiEndpoint endpoint, const std::string& requ
   if (!request_id.empty()) {
     headers["X-Request-Id"] = request_id;
   }
+  std::string down = decode_health_.describe_down();
   send_error(writer, 503,
-             std::string("no ") + role + " server is up: " + decode_health_.describe_down() +
-                 "; retry later",
+             std::string("no ") + role + " server is up: " +
+                 (down.empty() ? "none is given or has joined" : down) + "; retry later",
              std::move(headers));
 }
 
+UpstreamUrl ProxyServer::decode_url(size_t index) const {
+  std::lock_guard<std::mutex> lock(decode_urls_mu_);
+  return decode_urls_.at(index);
+}
+
+void ProxyServer::apply_membership(const MembershipChange& change) {
+  // The servers on the command line come first in both tables and never leave, even when one
+  // of them is also a member whose key went away.
+  for (const ClusterMember& m : change.left) {
+    if (m.role == "decode") {
+      auto index = decode_health_.find(m.url);
+      if (index && *index >= options_.decodes.size()) {
+        decode_health_.remove(*index);
+      }
+    } else if (m.role == "prefill") {
+      auto spec = prefill_spec_of(m);
+      if (spec.is_ok()) {
+        auto index = registry_.find(*spec);
+        if (index && static_cast<size_t>(*index) >= options_.prefills.size()) {
+          registry_.remove(*index);
+        }
+      }
+    }
+  }
+  for (const ClusterMember& m : change.joined) {
+    if (m.role == "decode") {
+      auto url = parse_upstream_url(m.url);
+      if (!url.is_ok()) {
+        CRESCENT_LOG(kWarn) << "proxy: ignoring decode member " << m.engine_id << ": "
+                            << url.status().message();
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(decode_urls_mu_);
+      if (!decode_health_.find(url->url)) {
+        decode_urls_.push_back(*url);
+      }
+      const size_t index = decode_health_.add(url->url);
+      CRESCENT_CHECK(index < decode_urls_.size() && decode_urls_[index].url == url->url)
+          << "decode pool and its health table disagree at " << index;
+    } else if (m.role == "prefill") {
+      auto spec = prefill_spec_of(m);
+      if (!spec.is_ok()) {
+        CRESCENT_LOG(kWarn) << "proxy: ignoring prefill member " << m.engine_id << ": "
+                            << spec.status().message();
+        continue;
+      }
+      registry_.add(std::move(spec).value());
+    }
+  }
+}
+
 void ProxyServer::probe_loop() {
-  const std::vector<UpstreamUrl>& pool = decode_pool();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(probe_mu_);
@@ -320,7 +390,8 @@ void ProxyServer::probe_loop() {
     }
     for (size_t i : decode_health_.take_due_probes(steady_now_ms())) {
       // A fresh connection per probe: the server may have restarted since the last one.
-      net::http::HttpClient client(pool[i].host, pool[i].port);
+      const UpstreamUrl url = decode_url(i);
+      net::http::HttpClient client(url.host, url.port);
       auto health = client.request("GET", "/health", "", {}, Deadline::after_ms(kProbeTimeoutMs));
       if (health.is_ok() && health->status == 200) {
         decode_health_.probe_succeeded(i);
@@ -395,6 +466,12 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
         send_error(*writer, 503,
                    std::string("not ready: no ") + (is_pd_mode() ? "pd" : "decode") +
                        " server is up: " + decode_health_.describe_down());
+      } else if (watcher_ && !watcher_->stats().is_reachable) {
+        // Serving with the last known members; say so without failing the check.
+        Json note = {{"status", "ok"},
+                     {"discovery", "etcd unreachable, using the last known members: " +
+                                       watcher_->stats().last_error}};
+        writer->send(200, "application/json", note.dump());
       } else {
         writer->send(200, "application/json", R"({"status":"ok"})");
       }
@@ -404,9 +481,12 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
       if (kv_router_) {
         metrics_.set_router_index_entries(static_cast<int64_t>(kv_router_->index_size()));
       }
-      writer->send(200, "text/plain; version=0.0.4; charset=utf-8",
-                   metrics_.render(registry_.statuses(), decode_health_.states(),
-                                   is_pd_mode() ? "pd" : "decode"));
+      std::string text = metrics_.render(registry_.statuses(), decode_health_.states(),
+                                         is_pd_mode() ? "pd" : "decode");
+      if (watcher_) {
+        text += watcher_->render_metrics();
+      }
+      writer->send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
     }
   } else {
     send_error(*writer, 404, "no route for " + request.method + " " + path);
@@ -518,7 +598,7 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   if (decode_load_) {
     decode_load_[*decode_index].fetch_add(1);
   }
-  plan.decode = decode_pool()[*decode_index];
+  plan.decode = decode_url(*decode_index);
   plan.on_decode_unreachable = [this, index = *decode_index](const Status& why) {
     decode_health_.report_unreachable(index, steady_now_ms(), why.message());
   };
@@ -540,7 +620,7 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
     return start_completion_relay(std::move(plan), upstream_.get(), &metrics_, writer);
   }
   const PrefillPick& pick = *completion.pick;
-  const PrefillSpec& prefill = options_.prefills[static_cast<size_t>(pick.prefill_index)];
+  const PrefillSpec prefill = registry_.spec(pick.prefill_index);
   std::string transfer_id = transfer_id_for(completion.request_id);
   plan.prefill = prefill.server;
   plan.on_prefill_unreachable = [this, index = pick.prefill_index](const Status& why) {
@@ -588,7 +668,7 @@ void ProxyServer::handle_models(const Request& request,
   if (!decode_index) {
     return answer_no_decode(ApiEndpoint::kModels, "", *writer);
   }
-  const UpstreamUrl& decode = decode_pool()[*decode_index];
+  const UpstreamUrl decode = decode_url(*decode_index);
   net::http::Headers headers;
   const std::string authorization = upstream_authorization(request);
   if (!authorization.empty()) {

@@ -33,6 +33,7 @@
 #include "core/task_queue.h"
 #include "net/http/api_key.h"
 #include "net/http/http_server.h"
+#include "proxy/discovery.h"
 #include "proxy/encoder_stage.h"
 #include "proxy/kv_router.h"
 #include "proxy/prefill_registry.h"
@@ -87,9 +88,10 @@ class ProxyServer {
   void release_request_id(const std::string& id);
   // The Authorization header for upstream calls made for `request` ("" for none).
   std::string upstream_authorization(const net::http::Request& request) const;
-  const std::vector<UpstreamUrl>& decode_pool() const {
-    return is_pd_mode() ? options_.pds : options_.decodes;
-  }
+  // The decode (or --pd) server at an index decode_health_ gave.
+  UpstreamUrl decode_url(size_t index) const;
+  // --discover: members that joined or left (on the watcher's thread).
+  void apply_membership(const MembershipChange& change);
   // The next decode server (or --pd server) in rotation; nullopt when none is up. With the
   // kv_aware router, the one up with the fewest requests in flight (ties in rotation).
   std::optional<size_t> next_decode();
@@ -114,6 +116,11 @@ class ProxyServer {
   std::mutex ids_mu_;
   std::unordered_set<std::string> ids_in_flight_;  // guarded by ids_mu_
   UpstreamHealth decode_health_;
+  // Decode (or --pd) servers by decode_health_ index: the static ones, then those discovered,
+  // appended (never removed, so an index stays valid while a request uses it).
+  mutable std::mutex decode_urls_mu_;
+  std::vector<UpstreamUrl> decode_urls_;    // guarded by decode_urls_mu_
+  std::unique_ptr<MemberWatcher> watcher_;  // --discover; null otherwise
   std::mutex probe_mu_;
   std::condition_variable probe_cv_;
   bool is_probe_stopping_ = false;  // guarded by probe_mu_

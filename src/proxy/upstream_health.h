@@ -8,6 +8,10 @@
 // answers 200 puts it back. An error status from a server that answers is not an ejection: the
 // server is alive and its error reaches the client.
 //
+// The pool can change at run time (`--discover`): add() appends a server (or takes back one
+// that left, at its old index), remove() takes one out of rotation for good. Indices are never
+// reused for another url, so an index a request in flight holds stays that server's.
+//
 // Pure bookkeeping on a clock the caller passes in (milliseconds, any origin), so tests drive it
 // with a fake clock; ProxyServer runs the probes on its own thread. Thread-safe.
 
@@ -35,7 +39,17 @@ class UpstreamHealth {
  public:
   UpstreamHealth(std::vector<std::string> urls, UpstreamHealthOptions options = {});
 
-  size_t size() const { return num_upstreams_; }
+  // Servers ever added, members or not (indices are 0..size()-1).
+  size_t size() const;
+  // A server that joined: its index, in rotation (up) at once. A url that is a member already
+  // keeps its index and state.
+  size_t add(const std::string& url);
+  // A server that left: out of rotation, never probed, not in states() or describe_down(),
+  // until add() takes it back. Calls already using it finish.
+  void remove(size_t index);
+  // The index of a url ever added; nullopt for one never added.
+  std::optional<size_t> find(const std::string& url) const;
+  // Up and a member.
   bool is_up(size_t index) const;
   int num_up() const;
   // The next server that is up, round-robin over the pool; nullopt when none is.
@@ -54,6 +68,7 @@ class UpstreamHealth {
   // A probe failed at now_ms: the next one waits twice as long (up to max_backoff_ms).
   void probe_failed(size_t index, int64_t now_ms, const std::string& why);
 
+  // The members' states.
   std::vector<UpstreamState> states() const;
 
  private:
@@ -62,10 +77,10 @@ class UpstreamHealth {
     int64_t backoff_ms = 0;
     int64_t next_probe_ms = 0;
     bool is_probing = false;
+    bool is_member = true;
   };
 
   const UpstreamHealthOptions options_;
-  const size_t num_upstreams_;
   mutable std::mutex mu_;
   std::vector<Entry> entries_;  // guarded by mu_
   uint64_t next_pick_ = 0;      // guarded by mu_

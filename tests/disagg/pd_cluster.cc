@@ -76,6 +76,14 @@ int scaled(int n, int minimum) {
   return std::max(minimum, static_cast<int>(std::lround(n * test_scale())));
 }
 
+int64_t slack_ms(double ms) {
+  return static_cast<int64_t>(ms / std::min(1.0, test_scale()));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 std::vector<std::string> serve_args(ServeSpec* spec) {
   std::vector<std::string> args = {"serve",
                                    "--model",
@@ -147,16 +155,22 @@ Result<Node> start_serve(const std::string& name, ServeSpec spec) {
 Result<Node> start_proxy(const Node& prefill, const Node& decode,
                          std::vector<std::string> extra_args) {
   std::vector<std::string> args = {
-      "proxy",    "--host",    "127.0.0.1",   "--port",
-      "0",        "--prefill", prefill.url(), std::to_string(prefill.bootstrap_port),
-      "--decode", decode.url()};
+      "--prefill", prefill.url(), std::to_string(prefill.bootstrap_port), "--decode", decode.url()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return start_proxy_with(std::move(args));
+}
+
+Result<Node> start_proxy_with(std::vector<std::string> args) {
+  args.insert(args.begin(), {"proxy", "--host", "127.0.0.1", "--port", "0"});
   ASSIGN_OR_RETURN(auto process, ChildProcess::start("proxy", args));
   Node node;
   node.process = std::move(process);
   auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
   ASSIGN_OR_RETURN(node.port, node.process->wait_for_port(deadline));
-  RETURN_IF_ERROR(node.process->wait_healthy(node.port, deadline));
+  Status healthy = node.process->wait_healthy(node.port, deadline);
+  if (!healthy.is_ok()) {
+    return Status(healthy.code(), healthy.message() + "; proxy output:\n" + node.output());
+  }
   return node;
 }
 

@@ -4,6 +4,7 @@
 // Every start waits (with a deadline) until the process answers /health 200, and returns an
 // error carrying the process's output otherwise. Ports are free ports picked at start.
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ int start_timeout_s();
 // release, smaller under ASan/TSan; CRESCENT_TEST_SCALE=F (0 < F <= 4) overrides.
 double test_scale();
 int scaled(int n, int minimum = 1);
+// ms scaled up as test_scale() scales counts down: how long a slower step may take.
+int64_t slack_ms(double ms);
+double seconds_since(std::chrono::steady_clock::time_point t);
 
 struct ServeSpec {
   std::string role = "both";          // both | prefill | decode
@@ -67,6 +71,9 @@ Result<Node> start_serve(const std::string& name, ServeSpec spec);
 // `crescent proxy --prefill P.url B --decode D.url`, ready (/health 200).
 Result<Node> start_proxy(const Node& prefill, const Node& decode,
                          std::vector<std::string> extra_args = {});
+// `crescent proxy --host 127.0.0.1 --port 0 ARGS...`, ready (/health 200); the error carries
+// the proxy's output.
+Result<Node> start_proxy_with(std::vector<std::string> args);
 // `crescent bootstrap --port B`, ready (GET /health 200). port 0: pick one.
 Result<Node> start_bootstrap(int port, int expected_dp_ranks = 1);
 

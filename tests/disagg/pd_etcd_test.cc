@@ -24,15 +24,6 @@ namespace {
 
 constexpr double kLeaseTtlS = 3;
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Several times more under sanitizers.
-int64_t slack_ms(double ms) {
-  return static_cast<int64_t>(ms / std::min(1.0, test_scale()));
-}
-
 std::string prompt(int num_words, int seed) {
   std::string s;
   for (int i = 0; i < num_words; ++i) {
@@ -66,16 +57,9 @@ class PdEtcdTest : public ::testing::Test {
     ready = wait_ready(&pd_.decode, false);
     ASSERT_TRUE(ready.is_ok()) << ready.to_string();
     auto proxy =
-        ChildProcess::start("proxy", {"proxy", "--host", "127.0.0.1", "--port", "0", "--prefill",
-                                      pd_.prefill.url(), etcd_url_, "--decode", pd_.decode.url()});
-    ASSERT_TRUE(proxy.is_ok()) << proxy.status().to_string();
-    pd_.proxy.process = std::move(*proxy);
-    auto deadline = Deadline::after(std::chrono::seconds(start_timeout_s()));
-    auto port = pd_.proxy.process->wait_for_port(deadline);
-    ASSERT_TRUE(port.is_ok()) << port.status().to_string();
-    pd_.proxy.port = *port;
-    Status healthy = pd_.proxy.process->wait_healthy(pd_.proxy.port, deadline);
-    ASSERT_TRUE(healthy.is_ok()) << healthy.to_string() << pd_.outputs();
+        start_proxy_with({"--prefill", pd_.prefill.url(), etcd_url_, "--decode", pd_.decode.url()});
+    ASSERT_TRUE(proxy.is_ok()) << proxy.status().to_string() << pd_.outputs();
+    pd_.proxy = std::move(*proxy);
   }
   void TearDown() override {
     std::string problems = pd_.stop_all();

@@ -21,15 +21,6 @@ namespace {
 
 constexpr double kLeaseTtlS = 2;
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// How long the slower steps may take: several times more under sanitizers.
-int64_t slack_ms(int64_t ms) {
-  return static_cast<int64_t>(ms / std::min(1.0, test_scale()));
-}
-
 class PdLeaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
