@@ -560,5 +560,101 @@ TEST_P(KvDtypeTest, Bf16CacheGreedyOutputEqualsFloat32Cache) {
 INSTANTIATE_TEST_SUITE_P(Models, KvDtypeTest,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen2-vl"));
 
+// f16, fp8_e4m3 and q8_0 KV caches against float32 on the same 5 prompts x 24 greedy tokens.
+// f16 (11 significant bits) must give the float32 cache's tokens; fp8_e4m3 (4 bits, scale 1.0)
+// and q8_0 (int8 per 32 values) may diverge, so their first divergence and largest
+// teacher-forced logit difference are printed, and the logits must stay within a bound. q8_0
+// on head_dim 16 (the tiny presets) is refused at load, naming the flag and the head_dim.
+class KvDtypeStoredTest : public ::testing::TestWithParam<std::string> {};
+
+std::unique_ptr<LoadedEngine> load_with_kv(const std::string& dir, kernels::KvDtype dtype,
+                                           Status* status = nullptr) {
+  engine::LoadOptions o;
+  o.model_path = dir;
+  o.kv_cache.kv_cache_bytes = 16 << 20;
+  o.kv_cache.dtype = dtype;
+  auto l = engine::load_engine(o, pool());
+  if (status != nullptr)
+    *status = l.status();
+  return l.is_ok() ? std::move(*l) : nullptr;
+}
+
+TEST_P(KvDtypeStoredTest, GreedyOutputAgainstFloat32Cache) {
+  const std::string dir = testing::ensure_test_model(GetParam());
+  auto f32 = load_with_kv(dir, kernels::KvDtype::kFloat32);
+  ASSERT_NE(f32, nullptr);
+  const int vocab = std::min(f32->model->config().vocab_size, 120000);
+  const std::vector<EngineRequest> reqs = greedy_requests(5, 24, 720, {}, vocab);
+  const auto want = generate_all(*f32, reqs, false);
+  const int64_t f32_block = f32->runner->kv_layout().block_num_bytes();
+  const int head_dim = f32->model->config().head_dim;
+  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};
+
+  for (kernels::KvDtype dtype :
+       {kernels::KvDtype::kF16, kernels::KvDtype::kFp8E4m3, kernels::KvDtype::kQ8_0}) {
+    const std::string name(kernels::kv_dtype_name(dtype));
+    Status status;
+    auto loaded = load_with_kv(dir, dtype, &status);
+    if (dtype == kernels::KvDtype::kQ8_0 && head_dim % 32 != 0) {
+      ASSERT_EQ(loaded, nullptr);
+      EXPECT_NE(status.message().find("--kv-cache-dtype q8_0"), std::string::npos)
+          << status.to_string();
+      EXPECT_NE(status.message().find("head_dim is " + std::to_string(head_dim)), std::string::npos)
+          << status.to_string();
+      continue;
+    }
+    ASSERT_NE(loaded, nullptr) << name << ": " << status.to_string();
+    const int64_t block = loaded->runner->kv_layout().block_num_bytes();
+    EXPECT_EQ(block * kernels::kv_row_bytes(kernels::KvDtype::kFloat32, head_dim),
+              f32_block * kernels::kv_row_bytes(dtype, head_dim))
+        << name;
+    const auto got = generate_all(*loaded, reqs, false);
+    if (dtype == kernels::KvDtype::kF16) {
+      EXPECT_EQ(got, want) << GetParam() << " f16";
+    }
+
+    // First divergence over the prompts, and the teacher-forced logits' distance.
+    int equal_prompts = 0;
+    size_t first_divergence = 24;
+    double max_diff = 0, max_logit = 0;
+    for (const auto& r : reqs) {
+      const std::vector<int32_t>& out = want.at(r.request_id);
+      const std::vector<int32_t>& mine = got.at(r.request_id);
+      ASSERT_EQ(mine.size(), out.size()) << name;
+      size_t i = 0;
+      while (i < out.size() && out[i] == mine[i])
+        ++i;
+      equal_prompts += i == out.size();
+      first_divergence = std::min(first_divergence, i);
+      std::vector<int32_t> tokens = r.prompt_token_ids;
+      auto a = run_logits(*f32->runner, tokens, 0, table);
+      auto b = run_logits(*loaded->runner, tokens, 0, table);
+      for (size_t step = 0;; ++step) {
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t j = 0; j < a.size(); ++j) {
+          max_diff = std::max(max_diff, static_cast<double>(std::abs(a[j] - b[j])));
+          max_logit = std::max(max_logit, static_cast<double>(std::abs(a[j])));
+        }
+        if (step + 1 == out.size())
+          break;
+        const auto pos = static_cast<int64_t>(tokens.size());
+        tokens.push_back(out[step]);
+        a = run_logits(*f32->runner, {out[step]}, pos, table);
+        b = run_logits(*loaded->runner, {out[step]}, pos, table);
+      }
+    }
+    const double bound = dtype == kernels::KvDtype::kF16 ? 0.01 : 0.25;
+    EXPECT_LT(max_diff, bound * std::max(1.0, max_logit)) << name;
+    std::printf(
+        "%s: %s vs float32 KV: %d of %zu prompts x 24 tokens equal, first divergence at token "
+        "%zu (24 = none); largest logit difference %.3g (largest |logit| %.3g)\n",
+        GetParam().c_str(), name.c_str(), equal_prompts, reqs.size(), first_divergence, max_diff,
+        max_logit);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvDtypeStoredTest,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "small"));
+
 }  // namespace
 }  // namespace crescent
