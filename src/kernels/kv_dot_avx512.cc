@@ -60,19 +60,6 @@ void axpy_elems(float s, const L& x, float* y, int64_t n) {
   }
 }
 
-float dot_f16(const float* a, const uint16_t* b, int64_t n) {
-  return dot_elems(a, F16{b}, n);
-}
-void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) {
-  axpy_elems(s, F16{x}, y, n);
-}
-float dot_fp8(const float* a, const uint8_t* b, int64_t n) {
-  return dot_elems(a, Fp8{b, fp8_e4m3_table()}, n);
-}
-void axpy_fp8(float s, const uint8_t* x, float* y, int64_t n) {
-  axpy_elems(s, Fp8{x, fp8_e4m3_table()}, y, n);
-}
-
 // 16 quants starting at q as f32.
 inline __m512 q8_load16(const int8_t* q) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
@@ -85,29 +72,26 @@ float dot_q8_0(const float* a, const Q8Block* b, int64_t n) {
     const int8_t* q = b[blk].quants;
     __m512 t = _mm512_mul_ps(_mm512_loadu_ps(a), q8_load16(q));
     t = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16), q8_load16(q + 16), t);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(f16_to_float(b[blk].scale_f16)), t, acc);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(b[blk].scale_f16)), t, acc);
   }
   return _mm512_reduce_add_ps(acc);
 }
 
 void axpy_q8_0(float s, const Q8Block* x, float* y, int64_t n) {
   for (int64_t blk = 0; blk < n / kQ8BlockSize; ++blk, y += kQ8BlockSize) {
-    const __m512 sd = _mm512_set1_ps(s * f16_to_float(x[blk].scale_f16));
+    const __m512 sd = _mm512_set1_ps(s * _cvtsh_ss(x[blk].scale_f16));
     const int8_t* q = x[blk].quants;
     _mm512_storeu_ps(y, _mm512_fmadd_ps(sd, q8_load16(q), _mm512_loadu_ps(y)));
     _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(sd, q8_load16(q + 16), _mm512_loadu_ps(y + 16)));
   }
 }
 
+#include "kernels/kv_dot_simd.inc"
+
 }  // namespace
 
 void fill_kv_avx512(KernelTable* t) {
-  t->dot_f16 = dot_f16;
-  t->axpy_f16 = axpy_f16;
-  t->dot_fp8 = dot_fp8;
-  t->axpy_fp8 = axpy_fp8;
-  t->dot_q8_0 = dot_q8_0;
-  t->axpy_q8_0 = axpy_q8_0;
+  set_kv_ops(t);
 }
 
 }  // namespace crescent::kernels::internal

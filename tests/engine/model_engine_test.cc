@@ -489,6 +489,36 @@ TEST(ModelEngineTest, BadModelFilesAreClearErrors) {
   fs::remove_all(bad);
 }
 
+// Feeds both runners each request's prompt and then the reference's greedy tokens (`want`),
+// and returns the largest |logit difference| and the largest |logit| of `a` over every step.
+std::pair<double, double> teacher_forced_logit_diff(
+    engine::TransformerRunner& a_runner, engine::TransformerRunner& b_runner,
+    const std::vector<EngineRequest>& reqs,
+    const std::map<std::string, std::vector<int32_t>>& want) {
+  double max_diff = 0, max_logit = 0;
+  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};  // not in order
+  for (const auto& r : reqs) {
+    const std::vector<int32_t>& out = want.at(r.request_id);
+    std::vector<int32_t> tokens = r.prompt_token_ids;
+    auto a = run_logits(a_runner, tokens, 0, table);
+    auto b = run_logits(b_runner, tokens, 0, table);
+    for (size_t step = 0;; ++step) {
+      EXPECT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
+        max_logit = std::max(max_logit, static_cast<double>(std::abs(a[i])));
+      }
+      if (step + 1 >= out.size())
+        break;
+      const auto pos = static_cast<int64_t>(tokens.size());
+      tokens.push_back(out[step]);
+      a = run_logits(a_runner, {out[step]}, pos, table);
+      b = run_logits(b_runner, {out[step]}, pos, table);
+    }
+  }
+  return {max_diff, max_logit};
+}
+
 // The bf16 KV cache (--kv-cache-dtype bf16): the same budget holds twice the blocks, and greedy
 // output equals the float32 cache's for 24 tokens on 5 prompts (one at a time, so the last
 // three find their shared two-block prefix in the bf16 prefix cache, then all at once). The
@@ -527,28 +557,10 @@ TEST_P(KvDtypeTest, Bf16CacheGreedyOutputEqualsFloat32Cache) {
   EXPECT_GE(stats.prefix_cache_hits_tokens, 2 * 32) << "the bf16 prefix cache was not used";
   EXPECT_EQ(generate_all(bf16, reqs, false), want) << GetParam() << " batched";
 
-  double max_diff = 0, max_logit = 0;
-  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};  // not in order
-  for (const auto& r : reqs) {
-    const std::vector<int32_t>& out = want.at(r.request_id);
-    ASSERT_EQ(out.size(), 24u);
-    std::vector<int32_t> tokens = r.prompt_token_ids;
-    auto a = run_logits(*f32.runner, tokens, 0, table);
-    auto b = run_logits(*bf16.runner, tokens, 0, table);
-    for (size_t step = 0;; ++step) {
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
-        max_logit = std::max(max_logit, static_cast<double>(std::abs(a[i])));
-      }
-      if (step + 1 == out.size())
-        break;
-      const auto pos = static_cast<int64_t>(tokens.size());
-      tokens.push_back(out[step]);
-      a = run_logits(*f32.runner, {out[step]}, pos, table);
-      b = run_logits(*bf16.runner, {out[step]}, pos, table);
-    }
-  }
+  for (const auto& r : reqs)
+    ASSERT_EQ(want.at(r.request_id).size(), 24u);
+  const auto [max_diff, max_logit] =
+      teacher_forced_logit_diff(*f32.runner, *bf16.runner, reqs, want);
   EXPECT_LT(max_diff, 0.05 * std::max(1.0, max_logit));
   std::printf(
       "%s: bf16 vs float32 KV, %zu prompts x 24 tokens equal; largest logit difference "
@@ -588,7 +600,6 @@ TEST_P(KvDtypeStoredTest, GreedyOutputAgainstFloat32Cache) {
   const auto want = generate_all(*f32, reqs, false);
   const int64_t f32_block = f32->runner->kv_layout().block_num_bytes();
   const int head_dim = f32->model->config().head_dim;
-  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};
 
   for (kernels::KvDtype dtype :
        {kernels::KvDtype::kF16, kernels::KvDtype::kFp8E4m3, kernels::KvDtype::kQ8_0}) {
@@ -616,7 +627,6 @@ TEST_P(KvDtypeStoredTest, GreedyOutputAgainstFloat32Cache) {
     // First divergence over the prompts, and the teacher-forced logits' distance.
     int equal_prompts = 0;
     size_t first_divergence = 24;
-    double max_diff = 0, max_logit = 0;
     for (const auto& r : reqs) {
       const std::vector<int32_t>& out = want.at(r.request_id);
       const std::vector<int32_t>& mine = got.at(r.request_id);
@@ -626,23 +636,9 @@ TEST_P(KvDtypeStoredTest, GreedyOutputAgainstFloat32Cache) {
         ++i;
       equal_prompts += i == out.size();
       first_divergence = std::min(first_divergence, i);
-      std::vector<int32_t> tokens = r.prompt_token_ids;
-      auto a = run_logits(*f32->runner, tokens, 0, table);
-      auto b = run_logits(*loaded->runner, tokens, 0, table);
-      for (size_t step = 0;; ++step) {
-        ASSERT_EQ(a.size(), b.size());
-        for (size_t j = 0; j < a.size(); ++j) {
-          max_diff = std::max(max_diff, static_cast<double>(std::abs(a[j] - b[j])));
-          max_logit = std::max(max_logit, static_cast<double>(std::abs(a[j])));
-        }
-        if (step + 1 == out.size())
-          break;
-        const auto pos = static_cast<int64_t>(tokens.size());
-        tokens.push_back(out[step]);
-        a = run_logits(*f32->runner, {out[step]}, pos, table);
-        b = run_logits(*loaded->runner, {out[step]}, pos, table);
-      }
     }
+    const auto [max_diff, max_logit] =
+        teacher_forced_logit_diff(*f32->runner, *loaded->runner, reqs, want);
     const double bound = dtype == kernels::KvDtype::kF16 ? 0.01 : 0.25;
     EXPECT_LT(max_diff, bound * std::max(1.0, max_logit)) << name;
     std::printf(
