@@ -1193,7 +1193,8 @@ int bench_disagg(const std::vector<std::string>& args) {
             "compute threads of the decode server (0: the other cores)");
   flags.add("kv-cache-mb", &o.kv_cache_mb, "KV cache of each server, MiB");
   flags.add("kv-cache-dtype", &o.kv_cache_dtype,
-            "the servers' --kv-cache-dtype: auto, float32 or bf16 (bf16 moves half the bytes)");
+            "the servers' --kv-cache-dtype: auto, float32, bf16, f16, fp8_e4m3 or q8_0 (bf16 "
+            "moves half the bytes of float32)");
   flags.add("kv-transfer-timeout", &o.kv_transfer_timeout_s,
             "the servers' --kv-transfer-timeout (it covers the prefill), seconds");
   flags.add("request-timeout", &o.request_timeout_s, "bound on each request, seconds");

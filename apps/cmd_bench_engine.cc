@@ -244,13 +244,15 @@ int run_bench_engine(const std::vector<std::string>& args) {
   int ids = 0;
 
   std::printf(
-      "model        %s (%s weights, %.0f MiB streamed per token), %s KV cache (%d blocks), %d "
-      "threads, ISA %s\n",
+      "model        %s (%s weights, %.0f MiB streamed per token), %s KV cache (%d blocks, %lld "
+      "bytes per token), %d threads, ISA %s\n",
       loaded.model->name().c_str(), loaded.model->weight_format_name().c_str(),
       loaded.model->num_weight_bytes() / 1048576.0,
       kernels::kv_dtype_name(loaded.runner->kv_layout().dtype).data(),
-      loaded.runner->num_kv_blocks(), pool.num_threads(),
-      kernels::isa_name(kernels::active_isa()).data());
+      loaded.runner->num_kv_blocks(),
+      static_cast<long long>(loaded.runner->kv_layout().block_num_bytes() /
+                             loaded.runner->kv_layout().block_size),
+      pool.num_threads(), kernels::isa_name(kernels::active_isa()).data());
 
   // Prefill: one prompt, max_tokens 1, the whole prompt in one step.
   double best_prefill_s = 1e30;

@@ -16,9 +16,11 @@ void ModelFlags::add_to(FlagParser& flags) {
   flags.add("kv-cache-mb", &kv_cache_mb, "memory for the paged KV cache, in MiB");
   flags.add("kv-cache-dtype", &kv_cache_dtype,
             "element type of the KV cache: auto (bf16 on CPUs with AVX2 or better, else "
-            "float32), float32 or bf16 (half the memory, so twice the blocks per --kv-cache-mb, "
-            "and half the bytes a disaggregated request moves; prefill and decode must agree). "
-            "f16, fp8_e4m3 and q8_0 are not implemented yet");
+            "float32), float32, bf16 or f16 (half the memory, so twice the blocks per "
+            "--kv-cache-mb, and half the bytes a disaggregated request moves), fp8_e4m3 (OCP "
+            "E4M3FN, scale 1.0, values beyond +-448 saturate; a quarter) or q8_0 (ggml's blocks "
+            "of 32 int8 + an fp16 scale along head_dim, which must be a multiple of 32; 34/128 "
+            "of float32). Prefill and decode must agree");
   flags.add("block-size", &block_size, "tokens per KV cache block");
   flags.add("max-model-len", &max_model_len,
             "longest prompt + output in tokens; 0: the model's limit");

@@ -16,7 +16,7 @@ struct ModelFlags {
   int threads = 0;  // 0: all cores
   std::string weights = "auto";
   int64_t kv_cache_mb = 1024;
-  std::string kv_cache_dtype = "auto";  // auto, float32 or bf16 (kernels::parse_kv_dtype)
+  std::string kv_cache_dtype = "auto";  // kernels::parse_kv_dtype
   int block_size = 16;
   int max_model_len = 0;
   int max_num_seqs = 256;

@@ -2,8 +2,9 @@
 // transports): for each transport, the time from start_remote_prefill() (the prefill engine
 // already holds the blocks) to the kRemoteKvReady event, for a prompt whose KV is shaped like
 // Qwen2.5-0.5B's (24 layers, 2 KV heads, head_dim 64, block 16: 384 KiB per block in float32,
-// 192 KiB in bf16).
-// Usage: disagg_connector_bench [num_prompt_tokens=1024] [repetitions=20] [float32|bf16]
+// 192 KiB in bf16 or f16, 96 KiB in fp8_e4m3, 102 KiB in q8_0).
+// Usage: disagg_connector_bench [num_prompt_tokens=1024] [repetitions=20] [kv dtype=float32]
+// (any --kv-cache-dtype value)
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "disagg/connector_test_util.h"
+#include "kernels/attention.h"
 
 namespace t = crescent::disagg::testing;
 using namespace crescent;
@@ -22,17 +24,18 @@ using crescent::disagg::KvTransferConnector;
 int main(int argc, char** argv) {
   int num_tokens = argc > 1 ? std::atoi(argv[1]) : 1024;
   int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  const std::string dtype = argc > 3 ? argv[3] : "float32";
-  if (dtype != "float32" && dtype != "bf16") {
-    std::fprintf(stderr, "the KV dtype must be float32 or bf16, got '%s'\n", dtype.c_str());
+  auto parsed = kernels::parse_kv_dtype(argc > 3 ? argv[3] : "float32");
+  if (!parsed.is_ok()) {
+    std::fprintf(stderr, "%s\n", parsed.status().to_string().c_str());
     return 2;
   }
+  const kernels::KvCacheLayout layout{24, 16, 2, 64, *parsed};
   t::SideOptions so;
-  so.compat.dtype = dtype;
+  so.compat.dtype = std::string(kernels::kv_dtype_name(*parsed));
   so.compat.num_layers = 24;
   so.compat.num_kv_heads = 2;
   so.compat.head_dim = 64;
-  so.block_bytes = uint64_t{24} * 2 * 64 * 2 * 16 * (dtype == "bf16" ? 2 : 4);
+  so.block_bytes = static_cast<uint64_t>(layout.block_num_bytes());
   int num_blocks = (num_tokens - 1 + 15) / 16;
   so.num_blocks = num_blocks;
   so.transfer_timeout = std::chrono::milliseconds(30'000);
@@ -88,8 +91,8 @@ int main(int argc, char** argv) {
     std::printf(
         "%-4s %s %5d tokens %4d blocks %7.1f MiB  fetch p50 %7.2f ms  p90 %7.2f ms  (%.2f GB/s)  "
         "P's write p50 %.2f ms\n",
-        std::string(transfer::transport_name(kind)).c_str(), dtype.c_str(), num_tokens, num_blocks,
-        bytes / (1 << 20), p50, ms[ms.size() * 9 / 10], bytes / (p50 * 1e-3) / 1e9,
+        std::string(transfer::transport_name(kind)).c_str(), so.compat.dtype.c_str(), num_tokens,
+        num_blocks, bytes / (1 << 20), p50, ms[ms.size() * 9 / 10], bytes / (p50 * 1e-3) / 1e9,
         write_ms[write_ms.size() / 2]);
   }
   return 0;

@@ -42,7 +42,9 @@ Result<int64_t> kv_cache_num_bytes(const model::Transformer& model, const KvCach
     return invalid_argument("block size must be in [1, 1024], got " +
                             std::to_string(kv.block_size));
   }
-  const int64_t block_bytes = model.kv_layout(kv.block_size, kv.dtype).block_num_bytes();
+  const kernels::KvCacheLayout layout = model.kv_layout(kv.block_size, kv.dtype);
+  RETURN_IF_ERROR(kernels::check_kv_dtype(kv.dtype, layout.head_dim));
+  const int64_t block_bytes = layout.block_num_bytes();
   const int64_t num_blocks = kv.num_blocks > 0 ? kv.num_blocks : kv.kv_cache_bytes / block_bytes;
   if (num_blocks < 1) {
     return invalid_argument("KV cache budget of " + std::to_string(kv.kv_cache_bytes) +

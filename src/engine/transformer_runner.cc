@@ -27,6 +27,7 @@ Result<std::unique_ptr<TransformerRunner>> TransformerRunner::create(
                             std::to_string(options.block_size));
   }
   kernels::KvCacheLayout layout = model.kv_layout(options.block_size, options.dtype);
+  RETURN_IF_ERROR(kernels::check_kv_dtype(options.dtype, layout.head_dim));
   const int64_t block_bytes = layout.block_num_bytes();
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {

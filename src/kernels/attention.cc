@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kv_convert.h"
 
 namespace crescent::kernels {
 namespace {
@@ -22,51 +24,50 @@ struct Task {
   int64_t t_end;
 };
 
-// The stored element type T's dot and axpy from the kernel table (f32 or bf16 K/V).
+// Dot and axpy of an f32 vector with one stored head row of type D, from the kernel table.
+template <KvDtype D>
 struct KvOps {
   const internal::KernelTable& ops;
-  float dot(const float* q, const float* k, int64_t n) const { return ops.dot(q, k, n); }
-  float dot(const float* q, const uint16_t* k, int64_t n) const { return ops.dot_bf16(q, k, n); }
-  void axpy(float a, const float* v, float* y, int64_t n) const { ops.axpy(a, v, y, n); }
-  void axpy(float a, const uint16_t* v, float* y, int64_t n) const { ops.axpy_bf16(a, v, y, n); }
+  float dot(const float* q, const std::byte* k, int64_t n) const {
+    if constexpr (D == KvDtype::kFloat32)
+      return ops.dot(q, reinterpret_cast<const float*>(k), n);
+    else if constexpr (D == KvDtype::kBf16)
+      return ops.dot_bf16(q, reinterpret_cast<const uint16_t*>(k), n);
+    else if constexpr (D == KvDtype::kF16)
+      return ops.dot_f16(q, reinterpret_cast<const uint16_t*>(k), n);
+    else if constexpr (D == KvDtype::kFp8E4m3)
+      return ops.dot_fp8(q, reinterpret_cast<const uint8_t*>(k), n);
+    else
+      return ops.dot_q8_0(q, reinterpret_cast<const Q8Block*>(k), n);
+  }
+  void axpy(float a, const std::byte* v, float* y, int64_t n) const {
+    if constexpr (D == KvDtype::kFloat32)
+      ops.axpy(a, reinterpret_cast<const float*>(v), y, n);
+    else if constexpr (D == KvDtype::kBf16)
+      ops.axpy_bf16(a, reinterpret_cast<const uint16_t*>(v), y, n);
+    else if constexpr (D == KvDtype::kF16)
+      ops.axpy_f16(a, reinterpret_cast<const uint16_t*>(v), y, n);
+    else if constexpr (D == KvDtype::kFp8E4m3)
+      ops.axpy_fp8(a, reinterpret_cast<const uint8_t*>(v), y, n);
+    else
+      ops.axpy_q8_0(a, reinterpret_cast<const Q8Block*>(v), y, n);
+  }
 };
 
-void store_row(const float* src, int64_t n, float* dst) {
-  std::memcpy(dst, src, n * sizeof(float));
-}
-
-void store_row(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = float_to_bf16(src[i]);
-}
-
-template <typename T>
-void write_kv_as(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
-                 const int32_t* block_table, int layer, const KvCacheLayout& layout, T* kv_base) {
-  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
-  const int64_t part = layout.layer_part_elements();
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const int64_t pos = start_pos + t;
-    const int64_t block = block_table[pos / layout.block_size];
-    const int64_t slot = pos % layout.block_size;
-    T* base = kv_base + block * layout.block_num_elements() + slot * row;
-    store_row(k + t * row, row, base + 2 * layer * part);
-    store_row(v + t * row, row, base + (2 * layer + 1) * part);
-  }
-}
-
-template <typename T>
+template <KvDtype D>
 void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int num_heads,
-                        int layer, const KvCacheLayout& layout, const T* kv_base, float scale,
-                        float* out, ThreadPool& pool) {
+                        int layer, const KvCacheLayout& layout, const std::byte* kv_base,
+                        float scale, float* out, ThreadPool& pool) {
   const int num_kv_heads = layout.num_kv_heads;
   const int group = num_heads / num_kv_heads;
   const int head_dim = layout.head_dim;
   const int block_size = layout.block_size;
-  const int64_t kv_row = int64_t{num_kv_heads} * head_dim;
-  const int64_t part = layout.layer_part_elements();
+  const int64_t head_row = layout.head_row_bytes();
+  const int64_t kv_row = int64_t{num_kv_heads} * head_row;
+  const int64_t part = layout.layer_part_bytes();
+  const int64_t block_bytes = layout.block_num_bytes();
   const internal::KernelTable& ops = internal::active_table();
-  const KvOps kv_ops{ops};
+  const KvOps<D> kv_ops{ops};
 
   std::vector<Task> tasks;
   for (int64_t s = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
@@ -97,9 +98,9 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
         sum[h] = 0;
       }
       for (int64_t kb = 0; kb * block_size < num_keys; ++kb) {
-        const T* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_elements();
-        const T* k_base = block + 2 * layer * part + task.kv_head * head_dim;
-        const T* v_base = block + (2 * layer + 1) * part + task.kv_head * head_dim;
+        const std::byte* block = kv_base + int64_t{seq.block_table[kb]} * block_bytes;
+        const std::byte* k_base = block + 2 * layer * part + task.kv_head * head_row;
+        const std::byte* v_base = block + (2 * layer + 1) * part + task.kv_head * head_row;
         const int n = static_cast<int>(std::min<int64_t>(block_size, num_keys - kb * block_size));
         for (int h = 0; h < group; ++h) {
           const int64_t head = int64_t{task.kv_head} * group + h;
@@ -137,12 +138,22 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
 void write_kv(const float* k, const float* v, int64_t num_tokens, int64_t start_pos,
               const int32_t* block_table, int layer, const KvCacheLayout& layout, void* kv_base) {
   CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
-  if (layout.dtype == KvDtype::kBf16) {
-    write_kv_as(k, v, num_tokens, start_pos, block_table, layer, layout,
-                static_cast<uint16_t*>(kv_base));
-  } else {
-    write_kv_as(k, v, num_tokens, start_pos, block_table, layer, layout,
-                static_cast<float*>(kv_base));
+  const int64_t row = int64_t{layout.num_kv_heads} * layout.head_dim;
+  const int64_t head_row = layout.head_row_bytes();
+  const int64_t part = layout.layer_part_bytes();
+  auto* base_bytes = static_cast<std::byte*>(kv_base);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t pos = start_pos + t;
+    const int64_t block = block_table[pos / layout.block_size];
+    const int64_t slot = pos % layout.block_size;
+    std::byte* base =
+        base_bytes + block * layout.block_num_bytes() + slot * layout.num_kv_heads * head_row;
+    for (int h = 0; h < layout.num_kv_heads; ++h) {
+      const int64_t src = t * row + int64_t{h} * layout.head_dim;
+      store_kv_row(layout.dtype, k + src, layout.head_dim, base + 2 * layer * part + h * head_row);
+      store_kv_row(layout.dtype, v + src, layout.head_dim,
+                   base + (2 * layer + 1) * part + h * head_row);
+    }
   }
 }
 
@@ -152,12 +163,23 @@ void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num
   CRESCENT_CHECK(layout.num_kv_heads > 0 && num_heads % layout.num_kv_heads == 0)
       << num_heads << " heads over " << layout.num_kv_heads << " kv heads";
   CRESCENT_CHECK(layer >= 0 && layer < layout.num_layers) << "layer " << layer;
-  if (layout.dtype == KvDtype::kBf16) {
-    paged_attention_as(seqs, q, num_heads, layer, layout, static_cast<const uint16_t*>(kv_base),
-                       scale, out, pool);
-  } else {
-    paged_attention_as(seqs, q, num_heads, layer, layout, static_cast<const float*>(kv_base), scale,
-                       out, pool);
+  const auto* base = static_cast<const std::byte*>(kv_base);
+  switch (layout.dtype) {
+    case KvDtype::kFloat32:
+      return paged_attention_as<KvDtype::kFloat32>(seqs, q, num_heads, layer, layout, base, scale,
+                                                   out, pool);
+    case KvDtype::kBf16:
+      return paged_attention_as<KvDtype::kBf16>(seqs, q, num_heads, layer, layout, base, scale, out,
+                                                pool);
+    case KvDtype::kF16:
+      return paged_attention_as<KvDtype::kF16>(seqs, q, num_heads, layer, layout, base, scale, out,
+                                               pool);
+    case KvDtype::kFp8E4m3:
+      return paged_attention_as<KvDtype::kFp8E4m3>(seqs, q, num_heads, layer, layout, base, scale,
+                                                   out, pool);
+    case KvDtype::kQ8_0:
+      return paged_attention_as<KvDtype::kQ8_0>(seqs, q, num_heads, layer, layout, base, scale, out,
+                                                pool);
   }
 }
 

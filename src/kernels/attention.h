@@ -1,12 +1,13 @@
 #pragma once
 // The paged KV cache layout and causal paged attention over it.
 //
-// Layout: block b starts at byte kv_base + b * block_num_bytes(). Inside a block (counted in
-// elements of `dtype`), layer l's K part is at (2*l) * layer_part_elements() and its V part at
-// (2*l+1) * layer_part_elements(), each [token_in_block][kv_head][head_dim] of float32 or bf16
-// (the top half of the f32, rounded to nearest even). One block therefore holds every layer of
-// block_size tokens contiguously, and consecutive block ids are contiguous memory, so the
-// transfer engine moves a prompt's KV as a few large copies.
+// Layout: block b starts at byte kv_base + b * block_num_bytes(). Inside a block, layer l's K
+// part starts at byte (2*l) * layer_part_bytes() and its V part at (2*l+1) * layer_part_bytes(),
+// each [token_in_block][kv_head] of head rows, one head row being head_dim values stored as
+// `dtype` in head_row_bytes() = kv_row_bytes(dtype, head_dim) bytes (q8_0: head_dim / 32 ggml
+// blocks). One block therefore holds every layer of block_size tokens contiguously, and
+// consecutive block ids are contiguous memory, so the transfer engine moves a prompt's KV as a
+// few large copies.
 //
 // The engine owns the KV memory; these functions only read/write through the block table.
 // Thread-safety: write_kv and paged_attention on the same blocks must not overlap in time.
@@ -26,9 +27,9 @@ struct KvCacheLayout {
   int head_dim = 0;
   KvDtype dtype = KvDtype::kFloat32;
 
-  int64_t layer_part_elements() const { return int64_t{block_size} * num_kv_heads * head_dim; }
-  int64_t block_num_elements() const { return 2 * int64_t{num_layers} * layer_part_elements(); }
-  int64_t block_num_bytes() const { return block_num_elements() * kv_dtype_bytes(dtype); }
+  int64_t head_row_bytes() const { return kv_row_bytes(dtype, head_dim); }
+  int64_t layer_part_bytes() const { return int64_t{block_size} * num_kv_heads * head_row_bytes(); }
+  int64_t block_num_bytes() const { return 2 * int64_t{num_layers} * layer_part_bytes(); }
 };
 
 // Writes k and v ([num_tokens][num_kv_heads][head_dim]) of the tokens at positions
@@ -49,7 +50,8 @@ struct AttentionSeq {
 // at position start_pos + t and attends to positions [0, start_pos + t], whose K/V must have
 // been written. q, out: [rows][num_heads][head_dim]. Parallel over (sequence, kv head, chunk of
 // 16 query rows); each output row is computed by one task, so results do not depend on the
-// pool size. bf16 K/V are widened to f32 in registers; the math is f32 either way.
+// pool size. Stored K/V (bf16, f16, fp8_e4m3, q8_0) are widened to f32 in registers; the math
+// is f32 either way.
 void paged_attention(std::span<const AttentionSeq> seqs, const float* q, int num_heads, int layer,
                      const KvCacheLayout& layout, const void* kv_base, float scale, float* out,
                      ThreadPool& pool);

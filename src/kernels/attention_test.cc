@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kv_convert.h"
 #include "kernels/test_util.h"
 
 namespace crescent::kernels {
@@ -58,10 +59,14 @@ std::vector<double> naive_attention(const float* q, const SeqData& s, int64_t po
   return out;
 }
 
-// bf16 K/V: the reference attends over the rounded values, so only f32 math differs.
-void round_to_bf16(std::vector<float>& x) {
-  for (float& f : x)
-    f = bf16_to_float(float_to_bf16(f));
+// Stored K/V: the reference attends over the values as stored (each head row rounded or
+// quantised as write_kv does), so only f32 math differs.
+void round_to_dtype(std::vector<float>& x, KvDtype dtype, int64_t head_dim) {
+  std::vector<std::byte> row(static_cast<size_t>(kv_row_bytes(dtype, head_dim)));
+  for (size_t i = 0; i < x.size(); i += static_cast<size_t>(head_dim)) {
+    store_kv_row(dtype, &x[i], head_dim, row.data());
+    load_kv_row(dtype, row.data(), head_dim, &x[i]);
+  }
 }
 
 void run_case(int num_kv_heads, int group, int head_dim, int block_size,
@@ -102,29 +107,22 @@ void run_case(int num_kv_heads, int group, int head_dim, int block_size,
       write_kv(&s.k[t * row], &s.v[t * row], n, t, s.block_table.data(), layer, layout, kv.data());
       t += n;
     }
-    if (dtype == KvDtype::kBf16) {
-      round_to_bf16(s.k);
-      round_to_bf16(s.v);
-    }
+    round_to_dtype(s.k, dtype, head_dim);
+    round_to_dtype(s.v, dtype, head_dim);
   }
   // Check the layout directly: K of position p, kv head g sits at the documented offset.
   {
     const SeqData& s = seqs[1];
     const int64_t p = 13;
-    const int64_t elem = kv_dtype_bytes(dtype);
     const std::byte* k = kv.data() + s.block_table[p / block_size] * layout.block_num_bytes() +
-                         (2 * layer * layout.layer_part_elements() + (p % block_size) * row) * elem;
-    for (int64_t i = 0; i < row; ++i) {
-      float stored = 0;
-      if (dtype == KvDtype::kBf16) {
-        uint16_t h = 0;
-        std::memcpy(&h, k + i * 2, 2);
-        stored = bf16_to_float(h);
-      } else {
-        std::memcpy(&stored, k + i * 4, 4);
-      }
-      ASSERT_EQ(stored, s.k[p * row + i]) << "element " << i;
+                         2 * layer * layout.layer_part_bytes() +
+                         (p % block_size) * num_kv_heads * layout.head_row_bytes();
+    std::vector<float> stored(row);
+    for (int g = 0; g < num_kv_heads; ++g) {
+      load_kv_row(dtype, k + g * layout.head_row_bytes(), head_dim, &stored[g * head_dim]);
     }
+    for (int64_t i = 0; i < row; ++i)
+      ASSERT_EQ(stored[i], s.k[p * row + i]) << "element " << i;
   }
 
   std::vector<AttentionSeq> aseqs;
@@ -178,9 +176,25 @@ TEST(PagedAttentionTest, Bf16KvMatchesNaiveAttentionGqa7) {
   run_case(2, 7, 12, 3, KvDtype::kBf16);
 }
 
+TEST(PagedAttentionTest, F16KvMatchesNaiveAttention) {
+  run_case(3, 1, 16, 5, KvDtype::kF16);
+  run_case(2, 7, 12, 3, KvDtype::kF16);
+}
+TEST(PagedAttentionTest, Fp8KvMatchesNaiveAttention) {
+  run_case(3, 1, 16, 5, KvDtype::kFp8E4m3);
+  run_case(2, 7, 12, 3, KvDtype::kFp8E4m3);
+}
+TEST(PagedAttentionTest, Q8_0KvMatchesNaiveAttention) {
+  run_case(2, 2, 64, 16, KvDtype::kQ8_0);
+  run_case(1, 3, 32, 3, KvDtype::kQ8_0);
+}
+
 // bf16 K/V against f32 K/V of the same values: the difference is the rounding of K and V only
 // (at most 2^-8 relative per element), far inside this bound for unit-scale inputs.
-TEST(PagedAttentionTest, Bf16KvCloseToF32Kv) {
+// Each stored type against f32 K/V of the same values: the difference is the rounding of K and
+// V only. Bounds for unit-scale inputs (max |out difference|): bf16 and f16 round to 8 / 11
+// significant bits, fp8_e4m3 to 4, q8_0 to amax/254 per block of 32.
+TEST(PagedAttentionTest, StoredKvCloseToF32Kv) {
   const int num_kv_heads = 2, group = 7, head_dim = 64, block_size = 16, len = 50;
   const int num_heads = num_kv_heads * group;
   const int64_t row = int64_t{num_kv_heads} * head_dim;
@@ -188,23 +202,30 @@ TEST(PagedAttentionTest, Bf16KvCloseToF32Kv) {
   const auto v = random_floats(len * row, 6);
   const auto q = random_floats(int64_t{len} * num_heads * head_dim, 7, -2, 2);
   std::vector<int32_t> table = {3, 0, 2, 1};
-  std::vector<float> out[2];
   ThreadPool pool(2);
-  for (KvDtype dtype : {KvDtype::kFloat32, KvDtype::kBf16}) {
+  auto run = [&](KvDtype dtype) {
     KvCacheLayout layout{1, block_size, num_kv_heads, head_dim, dtype};
     std::vector<std::byte> kv(static_cast<size_t>(4 * layout.block_num_bytes()));
     write_kv(k.data(), v.data(), len, 0, table.data(), 0, layout, kv.data());
     const AttentionSeq seq{0, len, 0, table.data()};
-    auto& o = out[dtype == KvDtype::kBf16];
-    o.resize(q.size());
+    std::vector<float> o(q.size());
     paged_attention({&seq, 1}, q.data(), num_heads, 0, layout, kv.data(),
                     1.0f / std::sqrt(static_cast<float>(head_dim)), o.data(), pool);
+    return o;
+  };
+  const std::vector<float> f32 = run(KvDtype::kFloat32);
+  const std::pair<KvDtype, double> cases[] = {{KvDtype::kBf16, 1e-2},
+                                              {KvDtype::kF16, 2e-3},
+                                              {KvDtype::kFp8E4m3, 6e-2},
+                                              {KvDtype::kQ8_0, 2e-2}};
+  for (const auto& [dtype, bound] : cases) {
+    const std::vector<float> o = run(dtype);
+    double max_diff = 0;
+    for (size_t i = 0; i < q.size(); ++i)
+      max_diff = std::max(max_diff, double{std::fabs(f32[i] - o[i])});
+    EXPECT_LT(max_diff, bound) << kv_dtype_name(dtype);
+    EXPECT_GT(max_diff, 0.0) << kv_dtype_name(dtype) << " should round something";
   }
-  double max_diff = 0;
-  for (size_t i = 0; i < q.size(); ++i)
-    max_diff = std::max(max_diff, double{std::fabs(out[0][i] - out[1][i])});
-  EXPECT_LT(max_diff, 1e-2);
-  EXPECT_GT(max_diff, 0.0) << "the bf16 cache should round something";
 }
 
 // f32 -> bf16 -> f32 is exact for values with 8 significant bits, rounds to nearest even
@@ -245,34 +266,18 @@ TEST(KvBf16Test, ConversionRoundTripAndOps) {
 
 TEST(KvCacheLayoutTest, Sizes) {
   KvCacheLayout layout{24, 16, 2, 64};
-  EXPECT_EQ(layout.layer_part_elements(), 16 * 2 * 64);
-  EXPECT_EQ(layout.block_num_elements(), 2 * 24 * 16 * 2 * 64);
+  EXPECT_EQ(layout.head_row_bytes(), 4 * 64);
+  EXPECT_EQ(layout.layer_part_bytes(), 4 * 16 * 2 * 64);
   EXPECT_EQ(layout.block_num_bytes(), 4 * 2 * 24 * 16 * 2 * 64);
   layout.dtype = KvDtype::kBf16;
   EXPECT_EQ(layout.block_num_bytes(), 2 * 2 * 24 * 16 * 2 * 64);
-}
-
-TEST(KvDtypeTest, ParsesTheFlag) {
-  EXPECT_EQ(*parse_kv_dtype("float32"), KvDtype::kFloat32);
-  EXPECT_EQ(*parse_kv_dtype("bf16"), KvDtype::kBf16);
-  EXPECT_EQ(*parse_kv_dtype("auto"),
-            active_isa() >= Isa::kAvx2 ? KvDtype::kBf16 : KvDtype::kFloat32);
-  {
-    ScopedIsa portable(Isa::kPortable);
-    EXPECT_EQ(*parse_kv_dtype("auto"), KvDtype::kFloat32);
-  }
-  for (const char* name : {"f16", "fp8_e4m3", "q8_0"}) {
-    Result<KvDtype> r = parse_kv_dtype(name);
-    ASSERT_FALSE(r.is_ok()) << name;
-    EXPECT_NE(r.status().message().find("--kv-cache-dtype"), std::string::npos);
-    EXPECT_NE(r.status().message().find("not implemented"), std::string::npos) << name;
-    EXPECT_NE(r.status().message().find(name), std::string::npos);
-  }
-  Result<KvDtype> bad = parse_kv_dtype("int4");
-  ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("'int4'"), std::string::npos);
-  EXPECT_EQ(kv_dtype_name(KvDtype::kBf16), "bf16");
-  EXPECT_EQ(kv_dtype_name(KvDtype::kFloat32), "float32");
+  layout.dtype = KvDtype::kF16;
+  EXPECT_EQ(layout.block_num_bytes(), 2 * 2 * 24 * 16 * 2 * 64);
+  layout.dtype = KvDtype::kFp8E4m3;
+  EXPECT_EQ(layout.block_num_bytes(), 2 * 24 * 16 * 2 * 64);
+  layout.dtype = KvDtype::kQ8_0;
+  EXPECT_EQ(layout.head_row_bytes(), 2 * 34);
+  EXPECT_EQ(layout.block_num_bytes(), 2 * 24 * 16 * 2 * 2 * 34);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ std::array<KernelTable, 4> build_tables() {
   KernelTable t;
   fill_portable(&t);
   fill_quant_portable(&t);
+  fill_kv_portable(&t);
   tables[static_cast<int>(Isa::kPortable)] = t;
   Isa best = detected_isa();
   // Only run a fill function whose instructions the CPU has; an unsupported level keeps the
@@ -17,10 +18,13 @@ std::array<KernelTable, 4> build_tables() {
   if (best >= Isa::kAvx2) {
     fill_avx2(&t);
     fill_quant_avx2(&t);
+    fill_kv_avx2(&t);
   }
   tables[static_cast<int>(Isa::kAvx2)] = t;
-  if (best >= Isa::kAvx512)
+  if (best >= Isa::kAvx512) {
     fill_avx512(&t);
+    fill_kv_avx512(&t);
+  }
   tables[static_cast<int>(Isa::kAvx512)] = t;
   if (best >= Isa::kAvx512Bf16) {
     fill_avx512bf16(&t);

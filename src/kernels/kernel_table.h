@@ -54,6 +54,13 @@ struct KernelTable {
   // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
   float (*dot_bf16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
+  // The other stored KV types (kv_convert.h): f16, fp8_e4m3 and q8_0 (n a multiple of 32).
+  float (*dot_f16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
+  void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
+  float (*dot_fp8)(const float* a, const uint8_t* b, int64_t n) = nullptr;
+  void (*axpy_fp8)(float a, const uint8_t* x, float* y, int64_t n) = nullptr;
+  float (*dot_q8_0)(const float* a, const Q8Block* b, int64_t n) = nullptr;
+  void (*axpy_q8_0)(float a, const Q8Block* x, float* y, int64_t n) = nullptr;
   void (*scale)(float a, float* y, int64_t n) = nullptr;  // y *= a
   void (*rms_norm)(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
                    float* y) = nullptr;
@@ -82,6 +89,10 @@ void fill_avx512bf16(KernelTable* table);
 void fill_quant_portable(KernelTable* table);
 void fill_quant_avx2(KernelTable* table);
 void fill_quant_avx512vnni(KernelTable* table);
+// The f16 / fp8_e4m3 / q8_0 KV loads of attention (kv_dot_<isa>.cc).
+void fill_kv_portable(KernelTable* table);
+void fill_kv_avx2(KernelTable* table);
+void fill_kv_avx512(KernelTable* table);
 
 const KernelTable& kernel_table(Isa isa);
 inline const KernelTable& active_table() {

@@ -229,29 +229,28 @@ double transfers(const std::map<std::string, double>& m, const std::string& role
 
 class PdCorrectnessTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
-  const std::string transport = GetParam();
+// P + D of `preset` behind the proxy over `transport` answer num_cases cases as one colocated
+// server does, every server started with extra_args (e.g. a --kv-cache-dtype).
+void expect_pd_equals_colocated(const std::string& transport, const std::string& preset,
+                                const std::vector<std::string>& extra_args, int num_cases) {
   auto kind = transfer::parse_transport(transport);
   ASSERT_TRUE(kind.is_ok());
   // The colocated reference loads while P and D do.
   ServeSpec both;
-  // tiny-llama, not tiny: tiny's greedy output merely repeats the last prompt token whatever
-  // came before it, so it would hide a wrong KV; tiny-llama's output depends on the context.
-  both.model_preset = "tiny-llama";
-  if (const char* m = std::getenv("CRESCENT_PD_MODEL"); m != nullptr && *m != '\0') {
-    both.model_preset = m;
-  }
+  both.model_preset = preset;
+  both.extra_args = extra_args;
   auto ref = launch_serve("ref", both);
   ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
   ServeSpec spec;
   spec.transport = transport;
-  spec.model_preset = both.model_preset;
+  spec.model_preset = preset;
+  spec.extra_args = extra_args;
   spec.kv_transfer_timeout_s = 20;  // generous: correctness, not faults, is tested here
   auto pd = start_pd(spec, spec, /*with_proxy=*/true);
   ASSERT_TRUE(pd.is_ok()) << pd.status().to_string();
   ASSERT_TRUE(wait_ready(&*ref).is_ok()) << ref->output();
 
-  const std::vector<Case> cases = make_cases(scaled(50, 8));
+  const std::vector<Case> cases = make_cases(num_cases);
   std::vector<Reply> want = run_all(ref->port, cases, 8);
   std::vector<Reply> got = run_all(pd->proxy.port, cases, 8);
 
@@ -305,6 +304,23 @@ TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
               transfers(dm, "decode", "ok"),
               metric_sum(dm, "crescent_kv_transfer_bytes_total", {"role=\"decode\""}),
               transfers(pm, "prefill", "ok"));
+}
+
+TEST_P(PdCorrectnessTest, ProxiedGreedyOutputEqualsColocated) {
+  // tiny-llama, not tiny: tiny's greedy output merely repeats the last prompt token whatever
+  // came before it, so it would hide a wrong KV; tiny-llama's output depends on the context.
+  std::string preset = "tiny-llama";
+  if (const char* m = std::getenv("CRESCENT_PD_MODEL"); m != nullptr && *m != '\0') {
+    preset = m;
+  }
+  expect_pd_equals_colocated(GetParam(), preset, {}, scaled(50, 8));
+}
+
+// A q8_0 KV cache on both sides: P moves its stored blocks (34 bytes per 32 values) and D
+// attends over them exactly as a colocated q8_0 server does. `small` (head_dim 32): q8_0 needs
+// head_dim to be a multiple of 32.
+TEST(PdKvDtypeTest, Q8_0CacheProxiedGreedyOutputEqualsColocatedQ8_0) {
+  expect_pd_equals_colocated("tcp", "small", {"--kv-cache-dtype", "q8_0"}, scaled(16, 8));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PdCorrectnessTest,

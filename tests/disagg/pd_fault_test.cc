@@ -433,6 +433,20 @@ TEST_F(PdFaultTest, CompatibilityMismatchNamesBothKvDtypes) {
   expect_blocks_back();
 }
 
+// The new names too: P stores q8_0 and D bf16 (`small`: head_dim 32, as q8_0 needs).
+TEST_F(PdFaultTest, CompatibilityMismatchNamesQ8_0AndBf16) {
+  spec_.model_preset = "small";
+  spec_.extra_args = {"--kv-cache-dtype", "q8_0"};
+  ServeSpec decode = spec_;
+  decode.extra_args = {"--kv-cache-dtype", "bf16"};
+  start(false, &decode);
+  Reply d = direct_pair(completion(long_prompt(40, 9), 4, false));
+  expect_clear_error(d, {"dtype"}, "P q8_0 KV, D bf16 KV", 502);
+  EXPECT_NE(d.error_message.find("dtype: \"bf16\" here, \"q8_0\" at the peer"), std::string::npos)
+      << d.error_message;
+  expect_blocks_back();
+}
+
 // A fine-tune has its base model's shape: only the weights fingerprint tells them apart.
 TEST_F(PdFaultTest, CompatibilityMismatchNamesTheWeights) {
   ServeSpec decode = spec_;

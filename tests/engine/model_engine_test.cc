@@ -489,6 +489,36 @@ TEST(ModelEngineTest, BadModelFilesAreClearErrors) {
   fs::remove_all(bad);
 }
 
+// Feeds both runners each request's prompt and then the reference's greedy tokens (`want`),
+// and returns the largest |logit difference| and the largest |logit| of `a` over every step.
+std::pair<double, double> teacher_forced_logit_diff(
+    engine::TransformerRunner& a_runner, engine::TransformerRunner& b_runner,
+    const std::vector<EngineRequest>& reqs,
+    const std::map<std::string, std::vector<int32_t>>& want) {
+  double max_diff = 0, max_logit = 0;
+  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};  // not in order
+  for (const auto& r : reqs) {
+    const std::vector<int32_t>& out = want.at(r.request_id);
+    std::vector<int32_t> tokens = r.prompt_token_ids;
+    auto a = run_logits(a_runner, tokens, 0, table);
+    auto b = run_logits(b_runner, tokens, 0, table);
+    for (size_t step = 0;; ++step) {
+      EXPECT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
+        max_logit = std::max(max_logit, static_cast<double>(std::abs(a[i])));
+      }
+      if (step + 1 >= out.size())
+        break;
+      const auto pos = static_cast<int64_t>(tokens.size());
+      tokens.push_back(out[step]);
+      a = run_logits(a_runner, {out[step]}, pos, table);
+      b = run_logits(b_runner, {out[step]}, pos, table);
+    }
+  }
+  return {max_diff, max_logit};
+}
+
 // The bf16 KV cache (--kv-cache-dtype bf16): the same budget holds twice the blocks, and greedy
 // output equals the float32 cache's for 24 tokens on 5 prompts (one at a time, so the last
 // three find their shared two-block prefix in the bf16 prefix cache, then all at once). The
@@ -527,28 +557,10 @@ TEST_P(KvDtypeTest, Bf16CacheGreedyOutputEqualsFloat32Cache) {
   EXPECT_GE(stats.prefix_cache_hits_tokens, 2 * 32) << "the bf16 prefix cache was not used";
   EXPECT_EQ(generate_all(bf16, reqs, false), want) << GetParam() << " batched";
 
-  double max_diff = 0, max_logit = 0;
-  const std::vector<int32_t> table = {7, 2, 5, 0, 3, 6};  // not in order
-  for (const auto& r : reqs) {
-    const std::vector<int32_t>& out = want.at(r.request_id);
-    ASSERT_EQ(out.size(), 24u);
-    std::vector<int32_t> tokens = r.prompt_token_ids;
-    auto a = run_logits(*f32.runner, tokens, 0, table);
-    auto b = run_logits(*bf16.runner, tokens, 0, table);
-    for (size_t step = 0;; ++step) {
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        max_diff = std::max(max_diff, static_cast<double>(std::abs(a[i] - b[i])));
-        max_logit = std::max(max_logit, static_cast<double>(std::abs(a[i])));
-      }
-      if (step + 1 == out.size())
-        break;
-      const auto pos = static_cast<int64_t>(tokens.size());
-      tokens.push_back(out[step]);
-      a = run_logits(*f32.runner, {out[step]}, pos, table);
-      b = run_logits(*bf16.runner, {out[step]}, pos, table);
-    }
-  }
+  for (const auto& r : reqs)
+    ASSERT_EQ(want.at(r.request_id).size(), 24u);
+  const auto [max_diff, max_logit] =
+      teacher_forced_logit_diff(*f32.runner, *bf16.runner, reqs, want);
   EXPECT_LT(max_diff, 0.05 * std::max(1.0, max_logit));
   std::printf(
       "%s: bf16 vs float32 KV, %zu prompts x 24 tokens equal; largest logit difference "
@@ -559,6 +571,86 @@ TEST_P(KvDtypeTest, Bf16CacheGreedyOutputEqualsFloat32Cache) {
 // tiny-llama, not tiny: tiny's greedy output hardly depends on the context.
 INSTANTIATE_TEST_SUITE_P(Models, KvDtypeTest,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen2-vl"));
+
+// f16, fp8_e4m3 and q8_0 KV caches against float32 on the same 5 prompts x 24 greedy tokens.
+// f16 (11 significant bits) must give the float32 cache's tokens; fp8_e4m3 (4 bits, scale 1.0)
+// and q8_0 (int8 per 32 values) may diverge, so their first divergence and largest
+// teacher-forced logit difference are printed, and the logits must stay within a bound. q8_0
+// on head_dim 16 (the tiny presets) is refused at load, naming the flag and the head_dim.
+class KvDtypeStoredTest : public ::testing::TestWithParam<std::string> {};
+
+std::unique_ptr<LoadedEngine> load_with_kv(const std::string& dir, kernels::KvDtype dtype,
+                                           Status* status = nullptr) {
+  engine::LoadOptions o;
+  o.model_path = dir;
+  o.kv_cache.kv_cache_bytes = 16 << 20;
+  o.kv_cache.dtype = dtype;
+  auto l = engine::load_engine(o, pool());
+  if (status != nullptr)
+    *status = l.status();
+  return l.is_ok() ? std::move(*l) : nullptr;
+}
+
+TEST_P(KvDtypeStoredTest, GreedyOutputAgainstFloat32Cache) {
+  const std::string dir = testing::ensure_test_model(GetParam());
+  auto f32 = load_with_kv(dir, kernels::KvDtype::kFloat32);
+  ASSERT_NE(f32, nullptr);
+  const int vocab = std::min(f32->model->config().vocab_size, 120000);
+  const std::vector<EngineRequest> reqs = greedy_requests(5, 24, 720, {}, vocab);
+  const auto want = generate_all(*f32, reqs, false);
+  const int64_t f32_block = f32->runner->kv_layout().block_num_bytes();
+  const int head_dim = f32->model->config().head_dim;
+
+  for (kernels::KvDtype dtype :
+       {kernels::KvDtype::kF16, kernels::KvDtype::kFp8E4m3, kernels::KvDtype::kQ8_0}) {
+    const std::string name(kernels::kv_dtype_name(dtype));
+    Status status;
+    auto loaded = load_with_kv(dir, dtype, &status);
+    if (dtype == kernels::KvDtype::kQ8_0 && head_dim % 32 != 0) {
+      ASSERT_EQ(loaded, nullptr);
+      EXPECT_NE(status.message().find("--kv-cache-dtype q8_0"), std::string::npos)
+          << status.to_string();
+      EXPECT_NE(status.message().find("head_dim is " + std::to_string(head_dim)), std::string::npos)
+          << status.to_string();
+      continue;
+    }
+    ASSERT_NE(loaded, nullptr) << name << ": " << status.to_string();
+    const int64_t block = loaded->runner->kv_layout().block_num_bytes();
+    EXPECT_EQ(block * kernels::kv_row_bytes(kernels::KvDtype::kFloat32, head_dim),
+              f32_block * kernels::kv_row_bytes(dtype, head_dim))
+        << name;
+    const auto got = generate_all(*loaded, reqs, false);
+    if (dtype == kernels::KvDtype::kF16) {
+      EXPECT_EQ(got, want) << GetParam() << " f16";
+    }
+
+    // First divergence over the prompts, and the teacher-forced logits' distance.
+    int equal_prompts = 0;
+    size_t first_divergence = 24;
+    for (const auto& r : reqs) {
+      const std::vector<int32_t>& out = want.at(r.request_id);
+      const std::vector<int32_t>& mine = got.at(r.request_id);
+      ASSERT_EQ(mine.size(), out.size()) << name;
+      size_t i = 0;
+      while (i < out.size() && out[i] == mine[i])
+        ++i;
+      equal_prompts += i == out.size();
+      first_divergence = std::min(first_divergence, i);
+    }
+    const auto [max_diff, max_logit] =
+        teacher_forced_logit_diff(*f32->runner, *loaded->runner, reqs, want);
+    const double bound = dtype == kernels::KvDtype::kF16 ? 0.01 : 0.25;
+    EXPECT_LT(max_diff, bound * std::max(1.0, max_logit)) << name;
+    std::printf(
+        "%s: %s vs float32 KV: %d of %zu prompts x 24 tokens equal, first divergence at token "
+        "%zu (24 = none); largest logit difference %.3g (largest |logit| %.3g)\n",
+        GetParam().c_str(), name.c_str(), equal_prompts, reqs.size(), first_divergence, max_diff,
+        max_logit);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvDtypeStoredTest,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "small"));
 
 }  // namespace
 }  // namespace crescent
