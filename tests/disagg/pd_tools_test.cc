@@ -72,9 +72,31 @@ TEST(PdToolsTest, ToolsReachPrefillAndDecodeAndTheAnswerEqualsColocated) {
   ASSERT_TRUE(without.is_ok()) << without.describe();
   EXPECT_LT(without.usage_of("prompt_tokens"),
             send(ref->port, "/v1/chat/completions", tool_chat(false)).usage_of("prompt_tokens"));
-  // tool_choice "required" is refused by D, and the client sees D's 400.
+  // tool_choice "required" with both tools: guided decoding on P's one token and on D gives
+  // the call colocated serving gives (ids aside).
   json required = tool_chat(false);
   required["tool_choice"] = "required";
+  required["max_tokens"] = 200;
+  required["parallel_tool_calls"] = false;  // one call, so the array closes
+  required.erase("ignore_eos");
+  // Short strings, so that a random model's calls end within max_tokens.
+  required["tools"][0]["function"]["parameters"]["properties"]["city"]["maxLength"] = 6;
+  required["tools"][1]["function"]["parameters"]["properties"]["tz"]["maxLength"] = 6;
+  Reply want_call = send(ref->port, "/v1/chat/completions", required);
+  Reply got_call = send(pd->proxy.port, "/v1/chat/completions", required);
+  ASSERT_TRUE(want_call.is_ok()) << want_call.describe();
+  ASSERT_TRUE(got_call.is_ok()) << got_call.describe() << "\n" << pd->outputs();
+  auto calls_of = [](const Reply& r) {
+    json calls = json::parse(r.raw)["choices"][0]["message"].value("tool_calls", json::array());
+    for (json& c : calls) {
+      c.erase("id");
+    }
+    return calls;
+  };
+  EXPECT_FALSE(calls_of(want_call).empty()) << want_call.raw;
+  EXPECT_EQ(calls_of(got_call), calls_of(want_call));
+  // Two tools of one name cannot be "required": refused (by P and D), the client sees a 400.
+  required["tools"][1]["function"]["name"] = "get_weather";
   Reply refused = send(pd->proxy.port, "/v1/chat/completions", required);
   EXPECT_EQ(refused.status, 400) << refused.describe();
   EXPECT_EQ(wait_blocks_used(pd->prefill.port, 0, Deadline::after_ms(35'000)), 0) << pd->outputs();
