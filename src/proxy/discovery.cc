@@ -12,30 +12,37 @@ namespace {
 
 using MemberMap = std::map<std::pair<std::string, std::string>, const ClusterMember*>;
 
-MemberMap by_name(const std::vector<ClusterMember>& members) {
+// Members by the route the proxy keeps for them: role and url. A worker restarted on the same
+// url publishes a new engine id while its old key lives on until its lease ends; keyed by
+// engine id, that old key's expiry would drop the url the new worker serves.
+MemberMap by_route(const std::vector<ClusterMember>& members) {
   MemberMap out;
   for (const auto& m : members) {
-    out.emplace(std::make_pair(m.role, m.engine_id), &m);
+    out.emplace(std::make_pair(m.role, m.url), &m);
   }
   return out;
+}
+
+bool same_route(const ClusterMember& a, const ClusterMember& b) {
+  return a.role == b.role && a.url == b.url && a.bootstrap == b.bootstrap;
 }
 
 }  // namespace
 
 MembershipChange diff_members(const std::vector<ClusterMember>& before,
                               const std::vector<ClusterMember>& after) {
-  const MemberMap old_set = by_name(before);
-  const MemberMap new_set = by_name(after);
+  const MemberMap old_set = by_route(before);
+  const MemberMap new_set = by_route(after);
   MembershipChange change;
-  for (const auto& [name, m] : old_set) {
-    auto it = new_set.find(name);
-    if (it == new_set.end() || !(*it->second == *m)) {
+  for (const auto& [route, m] : old_set) {
+    auto it = new_set.find(route);
+    if (it == new_set.end() || !same_route(*it->second, *m)) {
       change.left.push_back(*m);
     }
   }
-  for (const auto& [name, m] : new_set) {
-    auto it = old_set.find(name);
-    if (it == old_set.end() || !(*it->second == *m)) {
+  for (const auto& [route, m] : new_set) {
+    auto it = old_set.find(route);
+    if (it == old_set.end() || !same_route(*it->second, *m)) {
       change.joined.push_back(*m);
     }
   }

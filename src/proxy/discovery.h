@@ -26,8 +26,10 @@ namespace crescent::proxy {
 
 using bootstrap::ClusterMember;
 
-// What changed between two reads. A member is named by role and engine id; one whose value
-// changed (a new url) leaves and joins again.
+// What changed between two reads, by route: role and url. A worker restarted on its url under
+// a new engine id changes nothing (its old key may outlive the restart by a lease; health
+// checks cover the gap); one whose bootstrap changed leaves and joins again, and a url with
+// no member left leaves.
 struct MembershipChange {
   std::vector<ClusterMember> joined;
   std::vector<ClusterMember> left;

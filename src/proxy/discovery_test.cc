@@ -35,6 +35,25 @@ TEST(DiscoveryTest, DiffNamesJoinedAndLeftMembers) {
   EXPECT_TRUE(diff_members(after, after).empty());
 }
 
+// A decode server killed and restarted on the same url: its new key appears while the old one
+// waits for its lease to end. Neither the overlap nor the old key's expiry drops the url.
+TEST(DiscoveryTest, ARestartOnTheSameUrlNeverLeaves) {
+  const std::vector<ClusterMember> old_only = {decode("d0", "http://h:1")};
+  const std::vector<ClusterMember> both = {decode("d0", "http://h:1"), decode("d9", "http://h:1")};
+  const std::vector<ClusterMember> new_only = {decode("d9", "http://h:1")};
+  EXPECT_TRUE(diff_members(old_only, both).empty());
+  EXPECT_TRUE(diff_members(both, new_only).empty());
+  EXPECT_TRUE(diff_members(old_only, new_only).empty());
+  MembershipChange gone = diff_members(new_only, {});
+  ASSERT_EQ(gone.left.size(), 1u);
+  EXPECT_EQ(gone.left[0].url, "http://h:1");
+  // A prefill restarted with another bootstrap is a new route.
+  MembershipChange moved = diff_members({prefill("p0", "http://h:2", "etcd://e:1/a")},
+                                        {prefill("p1", "http://h:2", "etcd://e:1/b")});
+  EXPECT_EQ(moved.left.size(), 1u);
+  EXPECT_EQ(moved.joined.size(), 1u);
+}
+
 TEST(DiscoveryTest, AChangedValueLeavesAndJoins) {
   MembershipChange c = diff_members({decode("d0", "http://h:1")}, {decode("d0", "http://h:9")});
   ASSERT_EQ(c.left.size(), 1u);
