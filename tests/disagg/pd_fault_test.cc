@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -81,8 +82,19 @@ class Bystanders {
       }
     }
   }
-  // Stops, then checks that at least one request ran and every one succeeded.
+  // Waits (up to 60 s) for one bystander request to finish, since a fault case may be over
+  // in milliseconds, then stops and checks that every one succeeded.
   void expect_all_ok() {
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+         std::chrono::steady_clock::now() < deadline;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (num_sent_ > 0) {
+          break;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     stop();
     std::lock_guard<std::mutex> lock(mu_);
     EXPECT_GT(num_sent_, 0) << label_ << ": no bystander request ran";

@@ -148,7 +148,12 @@ TEST_F(EpdFaultTest, FullPoolWaitsForAnExpiryOrARelease) {
     ASSERT_EQ(waited.status, 200) << waited.body.dump();
     EXPECT_GT(waited.seconds, 0.8) << "it could only fit once a reservation expired";
     EXPECT_LT(waited.seconds, 5.0) << "1.5 s reservations, expiry checked every 150 ms";
-    EXPECT_EQ(metric(encoder.port(), "crescent_ec_producer_expired_reservations_total"), 2);
+    // One expiry frees room for the third image; the second reservation may or may not have
+    // expired by then (the two were written a few ms apart, more under sanitizers).
+    const double expired =
+        metric(encoder.port(), "crescent_ec_producer_expired_reservations_total");
+    EXPECT_GE(expired, 1);
+    EXPECT_LE(expired, 2);
     expect_same_answer(post_json(pd_->port(), with_params(third, waited)), want(third),
                        "the waited image");
     expect_pool_at_baseline(encoder.port(), seconds(2), "expiry variant");
