@@ -122,19 +122,38 @@ Status fill_options(const FlagParser& flags, const std::string& request_rate,
   return Status::ok();
 }
 
+// A --model value that names something on this machine: an existing path, or one written as a
+// path ("/x", "./x", "../x", "~/x") so that a typo is reported as a missing file rather than
+// sent to the server as a model name. "Qwen/Qwen2.5-0.5B-Instruct" is a name unless such a
+// directory exists here.
+bool is_local_path(const std::string& model) {
+  if (model.empty()) {
+    return false;
+  }
+  if (model[0] == '/' || model[0] == '~' || model.rfind("./", 0) == 0 ||
+      model.rfind("../", 0) == 0) {
+    return true;
+  }
+  std::error_code ec;
+  return std::filesystem::exists(model, ec);
+}
+
 int run_bench_serve(const std::vector<std::string>& raw_args) {
   bench::BenchServeOptions o;
   std::string model, tokenizer;
   std::string request_rate = "inf";
   std::string goodput, percentile_metrics = "ttft,tpot,itl,e2el", metric_percentiles = "99";
   std::string headers, temperature, top_p, top_k;
+  std::string tokenizer_mode = "auto";
+  bool trust_remote_code = false;
   std::string result_dir, result_filename;
   std::string mm_limit, mm_buckets;
   int64_t input_len = -1, output_len = -1;
   bool disable_tqdm = false;
   int64_t seed = 0;
   FlagParser flags(
-      "crescent bench serve --model DIR [--base-url URL | --host H --port P] "
+      "crescent bench serve [--model NAME|DIR] [--tokenizer DIR|FILE] "
+      "[--base-url URL | --host H --port P] "
       "[--endpoint /v1/completions|/v1/chat/completions] --dataset-name random|random-mm|sharegpt "
       "[--dataset-path FILE] [--random-input-len N] [--random-output-len N] "
       "[--random-range-ratio R] [--random-prefix-len N] [--random-num-prefixes N] "
@@ -148,9 +167,12 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
       "when --burstiness != 1), each streamed; the report gives successful and failed requests,\n"
       "throughputs, and mean/median/percentiles of TTFT, TPOT, ITL and end-to-end latency, and\n"
       "goodput under the --goodput SLOs. --save-result writes the figures as JSON and an SVG\n"
-      "chart beside it. --model is the served model's directory (its tokenizer.json makes the\n"
-      "random prompts); the request's \"model\" is --served-model-name, else the server's first\n"
-      "model. --dataset-name random-mm adds random-pixel PNG images to the random prompts\n"
+      "chart beside it. Prompts are made and counted with the served model's tokenizer:\n"
+      "--tokenizer, else --model when it is a local directory or file (tokenizer.json, .gguf),\n"
+      "else the server's own through its /tokenize and /detokenize endpoints (vLLM's or\n"
+      "llama.cpp server's), so that no local copy of the model is needed. The request's\n"
+      "\"model\" is --served-model-name, else --model when it is a name, else the server's\n"
+      "first model. --dataset-name random-mm adds random-pixel PNG images to the random prompts\n"
       "(chat endpoint only), as vLLM's random multimodal dataset. A progress bar goes to stderr\n"
       "when it is a terminal.");
   flags.add("base-url", &o.base_url, "server base URL, e.g. http://127.0.0.1:8000");
@@ -160,8 +182,17 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   flags.add("backend", &o.backend,
             "vllm, openai (completions) or openai-chat (chat completions endpoint)");
   flags.add("label", &o.label, "label of the result (default: the backend)");
-  flags.add("model", &model, "the served model's directory (tokenizer.json)");
-  flags.add("tokenizer", &tokenizer, "tokenizer directory or tokenizer.json (default: --model)");
+  flags.add("model", &model,
+            "the served model: a local directory or file whose tokenizer makes the prompts, or "
+            "its name on the server (then the server tokenizes)");
+  flags.add("tokenizer", &tokenizer,
+            "tokenizer directory, tokenizer.json or .gguf (default: --model when it is a local "
+            "path, else the server's /tokenize)");
+  flags.add("tokenizer-mode", &tokenizer_mode,
+            "vLLM's; only auto (the tokenizer.json or GGUF tokenizer, or the server's)");
+  flags.add("trust-remote-code", &trust_remote_code,
+            "accepted for vLLM's command lines; no effect: crescent reads tokenizers as data "
+            "and runs no code from a checkpoint");
   flags.add("served-model-name", &o.served_model_name,
             "the \"model\" field of requests (default: the first model of GET /v1/models)");
   flags.add("dataset-name", &o.dataset_name,
@@ -230,7 +261,20 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
                  flags.positional()[0].c_str());
     return 2;
   }
-  o.tokenizer = tokenizer.empty() ? model : tokenizer;
+  if (tokenizer_mode != "auto") {
+    std::fprintf(stderr,
+                 "error: --tokenizer-mode %s is not supported: crescent reads tokenizer.json or "
+                 "a GGUF's tokenizer, or asks the server (auto)\n",
+                 tokenizer_mode.c_str());
+    return 2;
+  }
+  if (!tokenizer.empty()) {
+    o.tokenizer = tokenizer;
+  } else if (is_local_path(model)) {
+    o.tokenizer = model;
+  } else if (!model.empty() && o.served_model_name.empty()) {
+    o.served_model_name = model;  // vLLM's meaning: the model's name, sent in each request
+  }
   o.seed = static_cast<uint64_t>(seed);
   o.show_progress = o.show_progress && !disable_tqdm;
   if (input_len >= 0) {

@@ -20,9 +20,8 @@
 #include "bench/openai_request.h"
 #include "bench/progress_bar.h"
 #include "bench/report.h"
+#include "bench/server_tokenizer.h"
 #include "core/ids.h"
-#include "model/model_files.h"
-#include "model/tokenizer.h"
 #include "net/http/http_client.h"
 
 namespace crescent::bench {
@@ -128,7 +127,7 @@ RandomMultiModalOptions random_mm_options(const BenchServeOptions& o) {
 }
 
 Result<std::vector<SampleRequest>> make_prompts(const BenchServeOptions& o,
-                                                const model::Tokenizer& tokenizer) {
+                                                const PromptTokenizer& tokenizer) {
   if (o.dataset_name == "random" || o.dataset_name == "random-mm") {
     RandomDatasetOptions r;
     r.input_len = o.random_input_len;
@@ -232,11 +231,6 @@ Result<double> parse_request_rate(std::string_view text) {
 }
 
 Status validate(const BenchServeOptions& o) {
-  if (o.tokenizer.empty()) {
-    return invalid_argument(
-        "--model DIR (or --tokenizer DIR) is required: random prompts are "
-        "made of the served model's token ids");
-  }
   if (o.backend != "openai" && o.backend != "vllm" && o.backend != "openai-chat") {
     return invalid_argument("--backend must be vllm, openai or openai-chat, got '" + o.backend +
                             "'");
@@ -319,18 +313,37 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
     endpoint = "/v1/chat/completions";
   }
 
-  auto tokenizer_or = model::open_tokenizer(o.tokenizer);
-  if (!tokenizer_or.is_ok()) {
-    return tokenizer_or.status().with_context("loading the tokenizer of " + o.tokenizer);
+  net::http::Headers headers;
+  for (const auto& [name, value] : o.headers) {
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    headers[lower] = value;
   }
-  const model::Tokenizer& tokenizer = **tokenizer_or;
+  if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
+    headers.emplace("authorization", std::string("Bearer ") + key);
+  }
 
+  std::unique_ptr<PromptTokenizer> local_tokenizer;
+  if (!o.tokenizer.empty()) {
+    ASSIGN_OR_RETURN(local_tokenizer, open_local_prompt_tokenizer(o.tokenizer));
+  }
   std::string model_name = o.served_model_name;
   if (model_name.empty()) {
     std::fprintf(out, "Model not specified, fetching first model from server...\n");
     ASSIGN_OR_RETURN(model_name, first_served_model(address));
     std::fprintf(out, "First model name: %s\n", model_name.c_str());
   }
+  std::unique_ptr<PromptTokenizer> tokenizer_owner = std::move(local_tokenizer);
+  if (tokenizer_owner == nullptr) {
+    ServerTokenizerOptions server;
+    server.address = address;
+    server.model = model_name;
+    server.headers = headers;
+    ASSIGN_OR_RETURN(tokenizer_owner, connect_server_tokenizer(server));
+    std::fprintf(out, "Tokenizer: the server's (%s)\n", tokenizer_owner->source().c_str());
+  }
+  const PromptTokenizer& tokenizer = *tokenizer_owner;
   ASSIGN_OR_RETURN(std::vector<SampleRequest> prompts, make_prompts(o, tokenizer));
   const bool has_images = o.dataset_name == "random-mm";
   if (has_images) {
@@ -360,15 +373,7 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
   request_options.ignore_eos =
       o.ignore_eos || o.dataset_name == "random" || o.dataset_name == "random-mm";
   request_options.extra_body_json = o.extra_body_json;
-  for (const auto& [name, value] : o.headers) {
-    std::string lower = name;
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    request_options.extra_headers[lower] = value;
-  }
-  if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
-    request_options.extra_headers.emplace("authorization", std::string("Bearer ") + key);
-  }
+  request_options.extra_headers = headers;
   request_options.timeout_s = o.request_timeout_s;
   const std::string id_prefix = "bench-" + random_uuid().substr(0, 8) + "-";
 
@@ -459,7 +464,7 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
   info.backend = o.backend;
   info.label = o.label;
   info.model_id = model_name;
-  info.tokenizer_id = o.tokenizer;
+  info.tokenizer_id = tokenizer.source();
   info.base_url = address.url();
   info.endpoint = endpoint;
   info.dataset_name = o.dataset_name;

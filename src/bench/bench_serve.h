@@ -28,7 +28,9 @@ struct BenchServeOptions {
   std::string endpoint = "/v1/completions";
   std::string backend = "openai";  // vllm | openai | openai-chat (chat uses the chat endpoint)
   std::string label;
-  std::string tokenizer;          // a model directory with tokenizer.json, or the file itself
+  // A model directory with tokenizer.json, the file itself or a .gguf; "" -> the server's own,
+  // through its /tokenize and /detokenize endpoints.
+  std::string tokenizer;
   std::string served_model_name;  // "" -> the first model of GET /v1/models
   // What: the dataset.
   std::string dataset_name = "random";  // random | random-mm | sharegpt

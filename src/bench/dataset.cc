@@ -23,8 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
-
 int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
@@ -32,13 +30,13 @@ int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 // Decodes ids to text and re-encodes it until the text is exactly `target` tokens long (ids
 // that merge or split across the round trip change the count), trimming or topping up with
 // allowed ids; after 10 rounds the last text is kept with whatever count it has.
-Result<SampleRequest> decode_to_target_len(const model::Tokenizer& tokenizer,
+Result<SampleRequest> decode_to_target_len(const PromptTokenizer& tokenizer,
                                            std::vector<int32_t> ids, size_t target,
                                            const std::vector<int32_t>& allowed,
                                            std::mt19937_64& rng) {
   SampleRequest out;
   for (int rounds_left = 10;; --rounds_left) {
-    out.prompt = tokenizer.decode(ids);
+    ASSIGN_OR_RETURN(out.prompt, tokenizer.decode(ids));
     ASSIGN_OR_RETURN(ids, tokenizer.encode(out.prompt, /*add_special_tokens=*/false));
     if (rounds_left <= 0 || ids.size() == target) {
       break;
@@ -58,7 +56,7 @@ Result<SampleRequest> decode_to_target_len(const model::Tokenizer& tokenizer,
 
 }  // namespace
 
-Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokenizer,
+Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenizer,
                                                  int64_t num_requests,
                                                  const RandomDatasetOptions& options) {
   if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
@@ -91,20 +89,7 @@ Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokeniz
         " a prompt could have no tokens; raise --random-input-len or --random-prefix-len");
   }
 
-  // Tokens that are not text on their own (a byte-fallback <0xE3>, half of a character in a
-  // byte-level vocabulary) decode to U+FFFD next to arbitrary neighbours, which re-encodes to
-  // a different number of tokens and makes the prompt's length drift: they are left out.
-  std::vector<int32_t> allowed;
-  int32_t vocab_size = tokenizer.vocab_size();
-  for (int32_t id = 0; id < vocab_size; ++id) {
-    if (tokenizer.is_special(id) || tokenizer.id_to_token(id).empty()) {
-      continue;
-    }
-    std::string text = tokenizer.decode(std::span<const int32_t>(&id, 1));
-    if (!text.empty() && text.find(kReplacementCharacter) == std::string::npos) {
-      allowed.push_back(id);
-    }
-  }
+  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, tokenizer.text_token_ids());
   if (allowed.empty()) {
     return invalid_argument("the tokenizer has no non-special tokens to make prompts from");
   }
@@ -122,8 +107,9 @@ Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokeniz
   for (int64_t i = 0; i < num_requests; ++i) {
     output_lens.push_back(uniform(rng, output_low, output_high));
   }
+  const int64_t offset_range = tokenizer.offset_range();
   for (int64_t i = 0; i < num_requests; ++i) {
-    offsets.push_back(uniform(rng, 0, vocab_size - 1));
+    offsets.push_back(uniform(rng, 0, offset_range - 1));
   }
   // More prefixes, and which one each prompt takes, are drawn after everything above: with
   // one prefix the prompts stay those of earlier versions for the same seed.
@@ -159,7 +145,7 @@ Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokeniz
   return requests;
 }
 
-Result<std::vector<SampleRequest>> sample_sharegpt(const model::Tokenizer& tokenizer,
+Result<std::vector<SampleRequest>> sample_sharegpt(const PromptTokenizer& tokenizer,
                                                    std::string_view json_text, int64_t num_requests,
                                                    const ShareGptOptions& options) {
   json data = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -199,8 +185,13 @@ Result<std::vector<SampleRequest>> sample_sharegpt(const model::Tokenizer& token
     if (static_cast<int64_t>(samples.size()) >= num_requests) {
       break;
     }
-    auto prompt_ids = tokenizer.encode(prompt);
-    auto answer_ids = tokenizer.encode(answer);
+    auto prompt_ids = tokenizer.encode(prompt, /*add_special_tokens=*/true);
+    auto answer_ids = tokenizer.encode(answer, /*add_special_tokens=*/true);
+    for (const Status& s : {prompt_ids.status(), answer_ids.status()}) {
+      if (!s.is_ok() && s.code() != StatusCode::kInvalidArgument) {
+        return s;  // e.g. the server that tokenizes went away
+      }
+    }
     if (!prompt_ids.is_ok() || !answer_ids.is_ok()) {
       continue;  // not valid UTF-8
     }

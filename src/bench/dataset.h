@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
+#include "bench/prompt_tokenizer.h"
 #include "core/status.h"
 #include "media/image.h"
-#include "model/tokenizer.h"
 
 namespace crescent::bench {
 
@@ -54,7 +54,7 @@ struct RandomDatasetOptions {
   uint64_t seed = 0;
 };
 
-Result<std::vector<SampleRequest>> sample_random(const model::Tokenizer& tokenizer,
+Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenizer,
                                                  int64_t num_requests,
                                                  const RandomDatasetOptions& options);
 
@@ -64,7 +64,7 @@ struct ShareGptOptions {
 };
 
 // json_text: the whole dataset file.
-Result<std::vector<SampleRequest>> sample_sharegpt(const model::Tokenizer& tokenizer,
+Result<std::vector<SampleRequest>> sample_sharegpt(const PromptTokenizer& tokenizer,
                                                    std::string_view json_text, int64_t num_requests,
                                                    const ShareGptOptions& options);
 

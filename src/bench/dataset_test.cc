@@ -14,11 +14,19 @@
 namespace crescent::bench {
 namespace {
 
-const model::Tokenizer& tokenizer() {
+const model::Tokenizer& model_tokenizer() {
   static auto tok = model::Tokenizer::from_file(
       std::string(CRESCENT_SOURCE_DIR) + "/src/model/testdata/tokenizer/sp_bpe_tokenizer.json");
   EXPECT_TRUE(tok.is_ok()) << tok.status().to_string();
   return **tok;
+}
+
+const PromptTokenizer& tokenizer() {
+  // Not owning: model_tokenizer() lives as long as the test binary.
+  static auto tok = local_prompt_tokenizer(
+      std::shared_ptr<const model::Tokenizer>(&model_tokenizer(), [](const model::Tokenizer*) {}),
+      "sp_bpe_tokenizer.json");
+  return *tok;
 }
 
 TEST(RandomDatasetTest, PromptsHaveTheRequestedTokenCounts) {
@@ -30,13 +38,14 @@ TEST(RandomDatasetTest, PromptsHaveTheRequestedTokenCounts) {
   ASSERT_EQ(r->size(), 20u);
   std::set<std::string> distinct;
   for (const SampleRequest& s : *r) {
-    auto ids = tokenizer().encode(s.prompt, /*add_special_tokens=*/false);
+    auto ids = model_tokenizer().encode(s.prompt, /*add_special_tokens=*/false);
     ASSERT_TRUE(ids.is_ok());
     EXPECT_EQ(static_cast<int64_t>(ids->size()), s.prompt_len);
     EXPECT_NEAR(static_cast<double>(s.prompt_len), 32, 2) << s.prompt;
     EXPECT_EQ(s.expected_output_len, 7);
     for (int32_t id : *ids) {
-      EXPECT_FALSE(tokenizer().is_special(id)) << "special token " << id << " in " << s.prompt;
+      EXPECT_FALSE(model_tokenizer().is_special(id))
+          << "special token " << id << " in " << s.prompt;
     }
     distinct.insert(s.prompt);
   }
@@ -144,7 +153,7 @@ TEST(ShareGptDatasetTest, FiltersShufflesAndOversamples) {
   auto r = sample_sharegpt(tokenizer(), file, 5, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->size(), 5u);  // one usable pair, drawn again to make five
-  auto ids = tokenizer().encode(long_text);
+  auto ids = model_tokenizer().encode(long_text);
   ASSERT_TRUE(ids.is_ok());
   for (const SampleRequest& s : *r) {
     EXPECT_EQ(s.prompt, long_text);

@@ -45,8 +45,61 @@ std::vector<FakeOpenAiServer::SeenRequest> FakeOpenAiServer::seen_requests() con
   return seen_;
 }
 
+void FakeOpenAiServer::set_tokenize_dialect(TokenizeDialect dialect) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokenize_dialect_ = dialect;
+}
+
+int FakeOpenAiServer::num_tokenize_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return num_tokenize_calls_;
+}
+
+void FakeOpenAiServer::handle_tokenize(const net::http::Request& request,
+                                       net::http::ResponseWriter& w) {
+  TokenizeDialect dialect;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dialect = tokenize_dialect_;
+    ++num_tokenize_calls_;
+  }
+  const bool vllm = dialect == TokenizeDialect::kVllm;
+  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  const char* text_key = vllm ? "prompt" : "content";
+  const char* special_key = vllm ? "add_special_tokens" : "add_special";
+  const bool tokenize = request.path == "/tokenize";
+  const bool understood = dialect != TokenizeDialect::kNone && body.is_object() &&
+                          (tokenize ? body.contains(text_key) && body[text_key].is_string()
+                                    : body.contains("tokens") && body["tokens"].is_array());
+  if (!understood) {
+    return w.send(dialect == TokenizeDialect::kNone ? 404 : 400, "application/json",
+                  R"({"error":{"message":"not understood"}})");
+  }
+  if (tokenize) {
+    std::vector<int> ids;
+    if (body.value(special_key, true)) {
+      ids.push_back(256);
+    }
+    for (unsigned char c : body[text_key].get<std::string>()) {
+      ids.push_back(c);
+    }
+    return w.send(200, "application/json", json{{"tokens", ids}, {"count", ids.size()}}.dump());
+  }
+  std::string text;
+  for (const json& id : body["tokens"]) {
+    if (id.is_number_integer() && id.get<int>() >= 0 && id.get<int>() < 256) {
+      text += static_cast<char>(id.get<int>());
+    }
+  }
+  return w.send(200, "application/json",
+                json{{text_key, text}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 void FakeOpenAiServer::handle(net::http::Request request,
                               std::shared_ptr<net::http::ResponseWriter> w) {
+  if (request.path == "/tokenize" || request.path == "/detokenize") {
+    return handle_tokenize(request, *w);
+  }
   if (request.path == "/v1/models") {
     json models = {{"object", "list"},
                    {"data", json::array({{{"id", model_name_}, {"object", "model"}}})}};

@@ -60,9 +60,11 @@ EndpointReply tokenize_reply(const EngineClient& engine, const std::string& body
     }
     add_special_tokens = j["add_special_tokens"].get<bool>();
   }
+  // Generation accepts only the add_special_tokens it applies itself; /tokenize applies either.
+  j.erase("add_special_tokens");
   GenerationRequest req;
-  if (auto e =
-          parse_generation_request(body, chat ? Endpoint::kChat : Endpoint::kCompletions, &req)) {
+  if (auto e = parse_generation_request(j.dump(), chat ? Endpoint::kChat : Endpoint::kCompletions,
+                                        &req)) {
     return error_reply(*e);
   }
   std::vector<int32_t> tokens;

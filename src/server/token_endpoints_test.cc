@@ -43,6 +43,13 @@ TEST(TokenEndpointsTest, TokenizeAnswersVllmShapeAndTheBlockManagersHashes) {
   EXPECT_EQ(j["block_hashes"].get<std::vector<uint64_t>>(), engine::prefix_block_hashes(tokens, 2));
   EXPECT_EQ(j["block_hashes"].size(), tokens.size() / 2);  // full blocks only
 
+  // add_special_tokens either way on both shapes (generation refuses the one it does not do).
+  r = tokenize_reply(engine, R"({"prompt": "a b c d e", "add_special_tokens": false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["count"].get<size_t>() + 1, tokens.size()) << "no BOS";
+  r = tokenize_reply(
+      engine, R"({"messages": [{"role": "user", "content": "hi"}], "add_special_tokens": true})");
+  EXPECT_EQ(r.status, 200) << r.body;
   r = tokenize_reply(engine, R"({"messages": [{"role": "user", "content": "hi"}]})");
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(tokenize_reply(engine, R"({"prompt": "a", "messages": []})").status, 400);

@@ -134,6 +134,51 @@ TEST(BenchServeProcessTest, RealServerTinyModel) {
   EXPECT_EQ(server.terminate(), 0) << server.output();
 }
 
+// vLLM's meaning of --model: a name, not a directory here. The prompts are made through the
+// server's /tokenize and /detokenize and still have exactly the asked-for token counts.
+TEST(BenchServeProcessTest, RealServerWithoutALocalTokenizer) {
+  ServeProcess server({"--model", ensure_test_model("tiny"), "--served-model-name",
+                       "org/tiny-instruct", "--threads", "1", "--max-model-len", "256",
+                       "--kv-cache-mb", "64"});
+  TempDir dir;
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  BenchRun run = bench_serve({"--base-url",
+                              url,
+                              "--model",
+                              "org/tiny-instruct",
+                              "--dataset-name",
+                              "random",
+                              "--random-input-len",
+                              "24",
+                              "--random-output-len",
+                              "3",
+                              "--random-prefix-len",
+                              "8",
+                              "--num-prompts",
+                              "6",
+                              "--max-concurrency",
+                              "3",
+                              "--seed",
+                              "5",
+                              "--save-result",
+                              dir.file("r.json"),
+                              "--no-progress"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("Tokenizer: the server's (" + url + "/tokenize)"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("Model not specified"), std::string::npos)
+      << "--model names the served model: " << run.output;
+  json j = read_json(dir.file("r.json"));
+  ASSERT_TRUE(j.is_object()) << run.output;
+  EXPECT_EQ(j["completed"], 6);
+  EXPECT_EQ(j["model_id"], "org/tiny-instruct");
+  EXPECT_EQ(j["tokenizer_id"], url + "/tokenize");
+  // usage.prompt_tokens as the server counted them: 8 shared + 24 own, no BOS for Qwen3.
+  EXPECT_EQ(j["total_input_tokens"], 6 * 32);
+  EXPECT_EQ(j["total_output_tokens"], 6 * 3);
+  EXPECT_EQ(server.terminate(), 0) << server.output();
+}
+
 TEST(BenchServeProcessTest, FailingServerIsCountedAndItsFirstErrorShown) {
   auto fake = bench::FakeOpenAiServer::start([](int n) {
     return n % 3 == 0 ? bench::FakeOpenAiServer::Failure::kHttp500
