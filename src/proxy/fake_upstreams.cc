@@ -259,6 +259,12 @@ FakeServer::Handler decode_handler(FakeServer* server, int num_chunks, int chunk
       return writer->send(200, "application/json",
                           R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
     }
+    if (request.path == "/tokenize") {
+      return writer->send(200, "application/json", R"({"count":3,"tokens":[7,8,9]})");
+    }
+    if (request.path == "/detokenize") {
+      return writer->send(200, "application/json", R"({"prompt":"seven eight"})");
+    }
     auto body = nlohmann::json::parse(request.body, nullptr, false);
     bool stream = body.is_object() && body.value("stream", false);
     if (!stream) {

@@ -4,7 +4,8 @@ namespace crescent::proxy {
 namespace {
 
 const char* endpoint_label(size_t i) {
-  static const char* const kNames[] = {"completions", "chat_completions", "models"};
+  static const char* const kNames[] = {"completions", "chat_completions", "models", "tokenize",
+                                       "detokenize"};
   return kNames[i];
 }
 

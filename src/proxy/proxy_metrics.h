@@ -19,7 +19,7 @@
 
 namespace crescent::proxy {
 
-enum class ApiEndpoint { kCompletions, kChatCompletions, kModels, kCount };
+enum class ApiEndpoint { kCompletions, kChatCompletions, kModels, kTokenize, kDetokenize, kCount };
 
 enum class Outcome {
   kOk,                  // the upstream's successful answer reached the client

@@ -45,17 +45,19 @@ std::vector<std::string> urls_of(const std::vector<UpstreamUrl>& pool) {
   return urls;
 }
 
-// GET /v1/models relayed whole from one decode server.
-class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
+// GET /v1/models, POST /tokenize and /detokenize relayed whole to one decode server (every
+// server of a deployment serves the same model with the same tokenizer).
+class WholeRelay : public std::enable_shared_from_this<WholeRelay> {
  public:
-  ModelsRelay(std::string decode_url, std::shared_ptr<ResponseWriter> writer, ProxyMetrics* metrics,
-              std::function<void(const Status&)> on_unreachable)
-      : decode_url_(std::move(decode_url)),
+  WholeRelay(ApiEndpoint endpoint, std::string decode_url, std::shared_ptr<ResponseWriter> writer,
+             ProxyMetrics* metrics, std::function<void(const Status&)> on_unreachable)
+      : endpoint_(endpoint),
+        decode_url_(std::move(decode_url)),
         writer_(std::move(writer)),
         metrics_(metrics),
         on_unreachable_(std::move(on_unreachable)) {}
 
-  void start(UpstreamClient* upstream, const UpstreamUrl& decode, net::http::Headers headers,
+  void start(UpstreamClient* upstream, const UpstreamUrl& decode, UpstreamRequest request,
              Deadline deadline) {
     writer_->on_close([weak = weak_from_this()] {
       if (auto self = weak.lock()) {
@@ -66,10 +68,6 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
       }
     });
     auto self = shared_from_this();
-    UpstreamRequest request;
-    request.method = "GET";
-    request.target = "/v1/models";
-    request.headers = std::move(headers);
     std::lock_guard<std::mutex> lock(mu_);
     call_ = upstream->start(
         decode.host, decode.port, std::move(request),
@@ -95,13 +93,12 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
     std::lock_guard<std::mutex> lock(mu_);
     call_.reset();
     if (s.is_ok()) {
-      metrics_->count_request(ApiEndpoint::kModels,
-                              status_ < 400 ? Outcome::kOk : Outcome::kDecodeError);
+      metrics_->count_request(endpoint_, status_ < 400 ? Outcome::kOk : Outcome::kDecodeError);
       writer_->send(status_, content_type_, std::move(body_));
       return;
     }
     if (s.code() == StatusCode::kCancelled) {
-      metrics_->count_request(ApiEndpoint::kModels, Outcome::kClientDisconnected);
+      metrics_->count_request(endpoint_, Outcome::kClientDisconnected);
       return;
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
@@ -109,11 +106,11 @@ class ModelsRelay : public std::enable_shared_from_this<ModelsRelay> {
       on_unreachable_(s);
     }
     bool timed_out = s.code() == StatusCode::kDeadlineExceeded;
-    metrics_->count_request(ApiEndpoint::kModels,
-                            timed_out ? Outcome::kTimeout : Outcome::kDecodeError);
+    metrics_->count_request(endpoint_, timed_out ? Outcome::kTimeout : Outcome::kDecodeError);
     send_error(*writer_, timed_out ? 504 : 502, "decode " + decode_url_ + ": " + s.message());
   }
 
+  ApiEndpoint endpoint_;
   std::string decode_url_;
   std::shared_ptr<ResponseWriter> writer_;
   ProxyMetrics* metrics_;
@@ -455,7 +452,12 @@ void ProxyServer::handle(Request request, std::shared_ptr<ResponseWriter> writer
     }
   } else if (path == "/v1/models") {
     if (require_method("GET")) {
-      handle_models(request, writer);
+      relay_whole(ApiEndpoint::kModels, request, writer);
+    }
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    if (require_method("POST")) {
+      relay_whole(path == "/tokenize" ? ApiEndpoint::kTokenize : ApiEndpoint::kDetokenize, request,
+                  writer);
     }
   } else if (path == "/health") {
     if (require_method("GET")) {
@@ -662,23 +664,29 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   start_completion_relay(std::move(plan), upstream_.get(), &metrics_, writer);
 }
 
-void ProxyServer::handle_models(const Request& request,
-                                const std::shared_ptr<ResponseWriter>& writer) {
+void ProxyServer::relay_whole(ApiEndpoint endpoint, const Request& request,
+                              const std::shared_ptr<ResponseWriter>& writer) {
   std::optional<size_t> decode_index = next_decode();
   if (!decode_index) {
-    return answer_no_decode(ApiEndpoint::kModels, "", *writer);
+    return answer_no_decode(endpoint, "", *writer);
   }
   const UpstreamUrl decode = decode_url(*decode_index);
-  net::http::Headers headers;
+  UpstreamRequest upstream_request;
+  upstream_request.method = request.method;
+  upstream_request.target = request.path;
+  upstream_request.body = request.body;
   const std::string authorization = upstream_authorization(request);
   if (!authorization.empty()) {
-    headers["Authorization"] = authorization;
+    upstream_request.headers["Authorization"] = authorization;
   }
-  auto relay = std::make_shared<ModelsRelay>(
-      decode.url, writer, &metrics_, [this, index = *decode_index](const Status& why) {
+  if (!request.body.empty()) {
+    upstream_request.headers["Content-Type"] = "application/json";
+  }
+  auto relay = std::make_shared<WholeRelay>(
+      endpoint, decode.url, writer, &metrics_, [this, index = *decode_index](const Status& why) {
         decode_health_.report_unreachable(index, steady_now_ms(), why.message());
       });
-  relay->start(upstream_.get(), decode, std::move(headers),
+  relay->start(upstream_.get(), decode, std::move(upstream_request),
                deadline_after_s(std::min(options_.request_timeout_s, 60.0)));
 }
 

@@ -80,8 +80,9 @@ class ProxyServer {
   void handle(net::http::Request request, std::shared_ptr<net::http::ResponseWriter> writer);
   void handle_completion(ApiEndpoint endpoint, net::http::Request request,
                          const std::shared_ptr<net::http::ResponseWriter>& writer);
-  void handle_models(const net::http::Request& request,
-                     const std::shared_ptr<net::http::ResponseWriter>& writer);
+  // GET /v1/models, POST /tokenize and /detokenize: relayed whole to one decode server.
+  void relay_whole(ApiEndpoint endpoint, const net::http::Request& request,
+                   const std::shared_ptr<net::http::ResponseWriter>& writer);
   // Starts the relay; `ec_items` (the merged encoder items) go to the server that prefills.
   void dispatch(const Completion& completion, const Json* ec_items,
                 const std::shared_ptr<net::http::ResponseWriter>& writer);

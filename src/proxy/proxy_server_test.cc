@@ -644,6 +644,33 @@ TEST_F(ProxyTest, ModelsMetricsAndBadInput) {
   }
 }
 
+// vLLM's /tokenize and /detokenize go to a decode server whole (so that clients such as
+// `crescent bench serve` can tokenize through the proxy); other methods are a 405.
+TEST_F(ProxyTest, TokenizeAndDetokenizeAreRelayedToADecodeServer) {
+  start({1}, 1);
+  auto t = post("/tokenize", R"({"model":"fake-model","prompt":"a b"})");
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(t->status, 200) << t->body;
+  EXPECT_EQ(parse(t->body)["tokens"], Json::parse("[7,8,9]"));
+  auto d = post("/detokenize", R"({"tokens":[7,8]})");
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(parse(d->body)["prompt"], "seven eight");
+  ASSERT_EQ(decodes_[0]->requests_to("/tokenize").size(), 1u);
+  EXPECT_EQ(decodes_[0]->requests_to("/tokenize")[0].body,
+            R"({"model":"fake-model","prompt":"a b"})");
+  EXPECT_EQ(decodes_[0]->requests_to("/detokenize")[0].body, R"({"tokens":[7,8]})");
+  EXPECT_TRUE(prefills_[0]->server.requests_to("/tokenize").empty());
+  auto wrong_method = get("/tokenize");
+  ASSERT_TRUE(wrong_method.is_ok());
+  EXPECT_EQ(wrong_method->status, 405);
+  std::string m = metrics();
+  EXPECT_NE(m.find("crescent_proxy_requests_total{endpoint=\"tokenize\",outcome=\"ok\"} 1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("crescent_proxy_requests_total{endpoint=\"detokenize\",outcome=\"ok\"} 1"),
+            std::string::npos);
+}
+
 // A number a double cannot hold is refused with a 400 that names it, before any upstream
 // sees the request; the proxy goes on serving.
 TEST_F(ProxyTest, NumberOverflowIs400AndTheProxyKeepsServing) {
