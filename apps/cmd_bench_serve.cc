@@ -253,6 +253,9 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   flags.add("header", &headers, "extra request headers as KEY=VALUE pairs");
   flags.add("num-warmups", &o.num_warmups, "warm-up requests before the run (not measured)");
   flags.add("request-timeout-s", &o.request_timeout_s, "deadline of each request");
+  flags.add("ready-check-timeout-sec", &o.ready_check_timeout_s,
+            "wait up to this long for the server's GET /v1/models to answer 200 before starting "
+            "(a server still loading); 0: ask once (vLLM's default is 600)");
   if (int code = flags.parse_or_exit_code(vllm_style_args(raw_args)); code >= 0) {
     return code;
   }

@@ -95,6 +95,37 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 // The id of the first model the server lists, as vLLM's bench does without --model.
+// Polls GET /v1/models once a second until it answers 200 or `timeout_s` has passed.
+Status wait_until_ready(const ServerAddress& address, double timeout_s, FILE* out) {
+  const Deadline deadline = Deadline::after_ms(static_cast<int64_t>(timeout_s * 1000));
+  net::http::HttpClient client(address.host, address.port);
+  std::string last_error;
+  bool said_waiting = false;
+  for (;;) {
+    auto response = client.request("GET", address.path_prefix + "/v1/models", "", {},
+                                   Deadline::after_ms(5'000));
+    if (response.is_ok() && response->status == 200) {
+      return Status::ok();
+    }
+    last_error = response.is_ok() ? "HTTP " + std::to_string(response->status) + ": " +
+                                        response->body.substr(0, 200)
+                                  : response.status().message();
+    if (deadline.is_expired()) {
+      break;
+    }
+    if (!said_waiting) {
+      std::fprintf(out, "Waiting for %s to be ready (up to %.0f s)...\n", address.url().c_str(),
+                   timeout_s);
+      std::fflush(out);
+      said_waiting = true;
+    }
+    client.close();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  return unavailable("GET " + address.url() + "/v1/models did not answer 200 within " +
+                     python_float(timeout_s) + " s (--ready-check-timeout-sec): " + last_error);
+}
+
 Result<std::string> first_served_model(const ServerAddress& address) {
   net::http::HttpClient client(address.host, address.port);
   auto response =
@@ -288,6 +319,10 @@ Status validate(const BenchServeOptions& o) {
   if (!(o.request_timeout_s > 0)) {
     return invalid_argument("--request-timeout-s must be > 0");
   }
+  if (!(o.ready_check_timeout_s >= 0 && o.ready_check_timeout_s < 1e9)) {
+    return invalid_argument("--ready-check-timeout-sec must be >= 0, got " +
+                            python_float(o.ready_check_timeout_s));
+  }
   if (o.num_warmups < 0) {
     return invalid_argument("--num-warmups must be >= 0");
   }
@@ -313,6 +348,9 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
     endpoint = "/v1/chat/completions";
   }
 
+  if (o.ready_check_timeout_s > 0) {
+    RETURN_IF_ERROR(wait_until_ready(address, o.ready_check_timeout_s, out));
+  }
   net::http::Headers headers;
   for (const auto& [name, value] : o.headers) {
     std::string lower = name;

@@ -58,6 +58,9 @@ struct BenchServeOptions {
   double request_timeout_s = 3600;
   int num_warmups = 0;
   bool skip_test_request = false;
+  // vLLM's --ready-check-timeout-sec: wait up to this long for GET /v1/models to answer 200
+  // before anything else (a server still loading its model); 0 asks once.
+  double ready_check_timeout_s = 0;
   // Report.
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
   std::vector<double> metric_percentiles = {99};

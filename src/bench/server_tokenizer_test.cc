@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 
 #include "bench/bench_serve.h"
@@ -128,6 +129,40 @@ TEST(ServerTokenizerRun, AWholeBenchmarkWithoutALocalTokenizer) {
     auto body = nlohmann::json::parse(seen.body);
     EXPECT_EQ(body["prompt"].get<std::string>().size(), 16u) << "17 tokens minus the BOS";
   }
+}
+
+// --ready-check-timeout-sec: a server that never comes up ends the run after the timeout with
+// an error naming the flag; a server that is up is not waited for.
+TEST(ReadyCheck, WaitsUpToTheTimeoutThenNamesTheFlag) {
+  BenchServeOptions o;
+  o.base_url = "http://127.0.0.1:1";
+  o.ready_check_timeout_s = 1.5;
+  o.show_progress = false;
+  FILE* out = std::tmpfile();
+  auto start = std::chrono::steady_clock::now();
+  auto r = run_bench_serve(o, out, nullptr);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fclose(out);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--ready-check-timeout-sec"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_GE(seconds, 1.4);
+  EXPECT_LT(seconds, 10.0);
+
+  auto fake = start_fake(Dialect::kVllm);
+  o.base_url = "http://127.0.0.1:" + std::to_string(fake->port());
+  o.ready_check_timeout_s = 30;
+  o.num_prompts = 2;
+  o.random_input_len = 9;
+  o.random_output_len = 2;
+  start = std::chrono::steady_clock::now();
+  out = std::tmpfile();
+  r = run_bench_serve(o, out, nullptr);
+  std::fclose(out);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  o.ready_check_timeout_s = -1;
+  EXPECT_EQ(validate(o).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
