@@ -38,8 +38,8 @@ class LocalPromptTokenizer final : public PromptTokenizer {
     }
     return ids;
   }
-  int64_t offset_range() const override { return tok_->vocab_size(); }
-  std::string source() const override { return source_; }
+  [[nodiscard]] int64_t offset_range() const override { return tok_->vocab_size(); }
+  [[nodiscard]] std::string source() const override { return source_; }
 
  private:
   std::shared_ptr<const model::Tokenizer> tok_;

@@ -28,9 +28,9 @@ class PromptTokenizer {
   virtual Result<std::vector<int32_t>> text_token_ids() const = 0;
   // The range random offsets into text_token_ids() are drawn from (the vocabulary's size for
   // a local tokenizer, so that its prompts stay those of earlier versions for one seed).
-  virtual int64_t offset_range() const = 0;
+  [[nodiscard]] virtual int64_t offset_range() const = 0;
   // Where the tokenizer came from, for the result's tokenizer_id.
-  virtual std::string source() const = 0;
+  [[nodiscard]] virtual std::string source() const = 0;
 };
 
 // Wraps a loaded tokenizer; `source` is the path it came from.

@@ -89,9 +89,11 @@ class ServerTokenizer final : public PromptTokenizer {
 
   Result<std::vector<int32_t>> text_token_ids() const override { return text_ids_; }
 
-  int64_t offset_range() const override { return static_cast<int64_t>(text_ids_.size()); }
+  [[nodiscard]] int64_t offset_range() const override {
+    return static_cast<int64_t>(text_ids_.size());
+  }
 
-  std::string source() const override { return options_.address.url() + "/tokenize"; }
+  [[nodiscard]] std::string source() const override { return options_.address.url() + "/tokenize"; }
 
  private:
   Result<json> post(const std::string& path, const json& body) const {
