@@ -154,7 +154,8 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   FlagParser flags(
       "crescent bench serve [--model NAME|DIR] [--tokenizer DIR|FILE] "
       "[--base-url URL | --host H --port P] "
-      "[--endpoint /v1/completions|/v1/chat/completions] --dataset-name random|random-mm|sharegpt "
+      "[--endpoint /v1/completions|/v1/chat/completions] "
+      "--dataset-name random|random-mm|prefix_repetition|sharegpt "
       "[--dataset-path FILE] [--random-input-len N] [--random-output-len N] "
       "[--random-range-ratio R] [--random-prefix-len N] [--random-num-prefixes N] "
       "[--random-mm-base-items-per-request N] "
@@ -196,7 +197,8 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   flags.add("served-model-name", &o.served_model_name,
             "the \"model\" field of requests (default: the first model of GET /v1/models)");
   flags.add("dataset-name", &o.dataset_name,
-            "random, random-mm (random prompts + images) or sharegpt");
+            "random, random-mm (random prompts + images), prefix_repetition (shared prefixes "
+            "+ random suffixes) or sharegpt");
   flags.add("dataset-path", &o.dataset_path, "ShareGPT JSON file (--dataset-name sharegpt)");
   flags.add("random-input-len", &o.random_input_len, "prompt tokens per request (random)");
   flags.add("random-output-len", &o.random_output_len, "output tokens per request (random)");
@@ -218,6 +220,14 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
             "random-mm: image sizes and their probabilities, vLLM's Python dict of "
             "(height, width, num_frames) keys (num_frames 1; default "
             "'{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}')");
+  flags.add("prefix-repetition-prefix-len", &o.prefix_repetition.prefix_len,
+            "prefix_repetition: tokens of each shared prefix");
+  flags.add("prefix-repetition-suffix-len", &o.prefix_repetition.suffix_len,
+            "prefix_repetition: random tokens after the prefix, per request");
+  flags.add("prefix-repetition-num-prefixes", &o.prefix_repetition.num_prefixes,
+            "prefix_repetition: distinct prefixes, each with --num-prompts / N requests");
+  flags.add("prefix-repetition-output-len", &o.prefix_repetition.output_len,
+            "prefix_repetition: output tokens per request");
   flags.add("sharegpt-output-len", &o.sharegpt_output_len,
             "output tokens per ShareGPT request (-1: the dataset answer's length)");
   flags.add("input-len", &input_len, "general input length: sets --random-input-len");

@@ -169,6 +169,11 @@ Result<std::vector<SampleRequest>> make_prompts(const BenchServeOptions& o,
     r.seed = o.seed;
     return sample_random(tokenizer, o.num_prompts, r);
   }
+  if (o.dataset_name == "prefix_repetition") {
+    PrefixRepetitionOptions r = o.prefix_repetition;
+    r.seed = o.seed;
+    return sample_prefix_repetition(tokenizer, o.num_prompts, r);
+  }
   ASSIGN_OR_RETURN(std::string text, read_file(o.dataset_path));
   ShareGptOptions s;
   s.output_len = o.sharegpt_output_len;
@@ -274,7 +279,8 @@ Status validate(const BenchServeOptions& o) {
     return invalid_argument("--endpoint must be /v1/completions or /v1/chat/completions, got '" +
                             o.endpoint + "'");
   }
-  if (o.dataset_name == "random" || o.dataset_name == "random-mm") {
+  if (o.dataset_name == "random" || o.dataset_name == "random-mm" ||
+      o.dataset_name == "prefix_repetition") {
     if (!o.dataset_path.empty()) {
       return invalid_argument("--dataset-name " + o.dataset_name +
                               " makes its own prompts: drop --dataset-path "
@@ -285,8 +291,9 @@ Status validate(const BenchServeOptions& o) {
       return invalid_argument("--dataset-name sharegpt needs --dataset-path FILE.json");
     }
   } else {
-    return invalid_argument("--dataset-name must be random, random-mm or sharegpt, got '" +
-                            o.dataset_name + "'");
+    return invalid_argument(
+        "--dataset-name must be random, random-mm, prefix_repetition or sharegpt, got '" +
+        o.dataset_name + "'");
   }
   if (o.random_num_prefixes != 1 && (o.dataset_name == "sharegpt" || o.random_prefix_len == 0)) {
     return invalid_argument(
@@ -408,8 +415,9 @@ Result<json> run_bench_serve(const BenchServeOptions& o, FILE* out, FILE* log) {
   request_options.path = address.path_prefix + endpoint;
   request_options.is_chat = is_chat;
   request_options.model = model_name;
-  request_options.ignore_eos =
-      o.ignore_eos || o.dataset_name == "random" || o.dataset_name == "random-mm";
+  request_options.ignore_eos = o.ignore_eos || o.dataset_name == "random" ||
+                               o.dataset_name == "random-mm" ||
+                               o.dataset_name == "prefix_repetition";
   request_options.extra_body_json = o.extra_body_json;
   request_options.extra_headers = headers;
   request_options.timeout_s = o.request_timeout_s;

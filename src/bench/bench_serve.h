@@ -33,7 +33,7 @@ struct BenchServeOptions {
   std::string tokenizer;
   std::string served_model_name;  // "" -> the first model of GET /v1/models
   // What: the dataset.
-  std::string dataset_name = "random";  // random | random-mm | sharegpt
+  std::string dataset_name = "random";  // random | random-mm | prefix_repetition | sharegpt
   std::string dataset_path;
   int64_t random_input_len = 1024;
   int64_t random_output_len = 128;
@@ -41,6 +41,7 @@ struct BenchServeOptions {
   int64_t random_prefix_len = 0;
   int64_t random_num_prefixes = 1;  // distinct --random-prefix-len prefixes
   int64_t sharegpt_output_len = -1;
+  PrefixRepetitionOptions prefix_repetition;  // --dataset-name prefix_repetition (seed: seed)
   // random-mm (vLLM's flags): the random prompts plus images, chat endpoint only.
   int64_t random_mm_base_items_per_request = 1;
   double random_mm_num_mm_items_range_ratio = 0;

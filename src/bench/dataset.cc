@@ -145,6 +145,56 @@ Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenize
   return requests;
 }
 
+Result<std::vector<SampleRequest>> sample_prefix_repetition(
+    const PromptTokenizer& tokenizer, int64_t num_requests,
+    const PrefixRepetitionOptions& options) {
+  if (options.prefix_len < 0 || options.suffix_len < 0 ||
+      options.prefix_len + options.suffix_len < 1) {
+    return invalid_argument(
+        "--prefix-repetition-prefix-len and --prefix-repetition-suffix-len must be >= 0 and not "
+        "both 0");
+  }
+  if (options.output_len < 1) {
+    return invalid_argument("--prefix-repetition-output-len must be >= 1, got " +
+                            std::to_string(options.output_len));
+  }
+  if (options.num_prefixes < 1 || num_requests < options.num_prefixes) {
+    return invalid_argument("--prefix-repetition-num-prefixes must be in [1, --num-prompts (" +
+                            std::to_string(num_requests) + ")], got " +
+                            std::to_string(options.num_prefixes));
+  }
+  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, tokenizer.text_token_ids());
+  if (allowed.empty()) {
+    return invalid_argument("the tokenizer has no non-special tokens to make prompts from");
+  }
+  std::mt19937_64 rng(options.seed);
+  auto random_ids = [&](int64_t n) {
+    std::vector<int32_t> ids;
+    for (int64_t k = 0; k < n; ++k) {
+      ids.push_back(
+          allowed[static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(allowed.size()) - 1))]);
+    }
+    return ids;
+  };
+  const int64_t per_prefix = num_requests / options.num_prefixes;
+  const auto target = static_cast<size_t>(options.prefix_len + options.suffix_len);
+  std::vector<SampleRequest> requests;
+  for (int64_t p = 0; p < options.num_prefixes; ++p) {
+    const std::vector<int32_t> prefix = random_ids(options.prefix_len);
+    for (int64_t i = 0; i < per_prefix; ++i) {
+      std::vector<int32_t> ids = prefix;
+      std::vector<int32_t> suffix = random_ids(options.suffix_len);
+      ids.insert(ids.end(), suffix.begin(), suffix.end());
+      ASSIGN_OR_RETURN(SampleRequest request,
+                       decode_to_target_len(tokenizer, std::move(ids), target, allowed, rng));
+      request.expected_output_len = options.output_len;
+      requests.push_back(std::move(request));
+    }
+  }
+  std::shuffle(requests.begin(), requests.end(), rng);
+  return requests;
+}
+
 Result<std::vector<SampleRequest>> sample_sharegpt(const PromptTokenizer& tokenizer,
                                                    std::string_view json_text, int64_t num_requests,
                                                    const ShareGptOptions& options) {

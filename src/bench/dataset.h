@@ -58,6 +58,21 @@ Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenize
                                                  int64_t num_requests,
                                                  const RandomDatasetOptions& options);
 
+// vLLM's prefix_repetition dataset: num_prefixes random prefixes of prefix_len tokens, each
+// followed by num_requests / num_prefixes random suffixes of suffix_len tokens (so up to
+// num_prefixes - 1 fewer requests than asked, as vLLM), shuffled; every output output_len.
+struct PrefixRepetitionOptions {
+  int64_t prefix_len = 256;
+  int64_t suffix_len = 256;
+  int64_t num_prefixes = 10;
+  int64_t output_len = 128;
+  uint64_t seed = 0;
+};
+
+Result<std::vector<SampleRequest>> sample_prefix_repetition(const PromptTokenizer& tokenizer,
+                                                            int64_t num_requests,
+                                                            const PrefixRepetitionOptions& options);
+
 struct ShareGptOptions {
   int64_t output_len = -1;  // -1: the dataset answer's token count
   uint64_t seed = 0;

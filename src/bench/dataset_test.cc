@@ -29,6 +29,52 @@ const PromptTokenizer& tokenizer() {
   return *tok;
 }
 
+// vLLM's prefix_repetition: num_requests / num_prefixes requests per prefix (10 / 3 -> 9), each
+// exactly prefix + suffix tokens, the same prefix text within a group, shuffled.
+TEST(PrefixRepetitionDatasetTest, GroupsShareTheirPrefixAndLengthsAreExact) {
+  PrefixRepetitionOptions o;
+  o.prefix_len = 24;
+  o.suffix_len = 8;
+  o.num_prefixes = 3;
+  o.output_len = 5;
+  o.seed = 3;
+  auto r = sample_prefix_repetition(tokenizer(), 10, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->size(), 9u);
+  std::map<std::string, int> groups;  // prefix ids -> requests
+  std::vector<std::string> in_order;
+  for (const SampleRequest& s : *r) {
+    EXPECT_EQ(s.prompt_len, 32) << s.prompt;
+    EXPECT_EQ(s.expected_output_len, 5);
+    auto ids = model_tokenizer().encode(s.prompt, /*add_special_tokens=*/false);
+    ASSERT_TRUE(ids.is_ok());
+    ASSERT_EQ(ids->size(), 32u) << s.prompt;
+    std::string key;
+    for (size_t i = 0; i < 20; ++i) {  // the boundary may re-tokenize; the head does not
+      key += std::to_string((*ids)[i]) + ",";
+    }
+    ++groups[key];
+    in_order.push_back(key);
+  }
+  ASSERT_EQ(groups.size(), 3u);
+  for (const auto& [key, n] : groups) {
+    EXPECT_EQ(n, 3);
+  }
+  EXPECT_FALSE(in_order[0] == in_order[1] && in_order[1] == in_order[2])
+      << "shuffled, not grouped in order (seed 3)";
+  auto again = sample_prefix_repetition(tokenizer(), 10, o);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ((*again)[4].prompt, (*r)[4].prompt) << "the same seed gives the same prompts";
+
+  o.num_prefixes = 11;
+  EXPECT_EQ(sample_prefix_repetition(tokenizer(), 10, o).status().code(),
+            StatusCode::kInvalidArgument);
+  o.num_prefixes = 2;
+  o.output_len = 0;
+  EXPECT_EQ(sample_prefix_repetition(tokenizer(), 10, o).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(RandomDatasetTest, PromptsHaveTheRequestedTokenCounts) {
   RandomDatasetOptions o;
   o.input_len = 33;  // minus the BOS the tokenizer adds: 32 tokens of text

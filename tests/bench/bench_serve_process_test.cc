@@ -179,6 +179,42 @@ TEST(BenchServeProcessTest, RealServerWithoutALocalTokenizer) {
   EXPECT_EQ(server.terminate(), 0) << server.output();
 }
 
+// vLLM's prefix_repetition flags: 7 prompts over 3 prefixes are 6 requests (7 / 3 each), every
+// one 16 + 8 tokens as the server counts them.
+TEST(BenchServeProcessTest, PrefixRepetitionWithVllmFlags) {
+  ServeProcess server({"--model", ensure_test_model("tiny"), "--served-model-name", "tiny",
+                       "--threads", "1", "--max-model-len", "256", "--kv-cache-mb", "64"});
+  TempDir dir;
+  BenchRun run = bench_serve({"--base-url",
+                              "http://127.0.0.1:" + std::to_string(server.port()),
+                              "--model",
+                              "tiny",
+                              "--dataset-name",
+                              "prefix_repetition",
+                              "--prefix-repetition-prefix-len",
+                              "16",
+                              "--prefix-repetition-suffix-len",
+                              "8",
+                              "--prefix-repetition-num-prefixes",
+                              "3",
+                              "--prefix-repetition-output-len",
+                              "2",
+                              "--num-prompts",
+                              "7",
+                              "--max-concurrency",
+                              "2",
+                              "--save-result",
+                              dir.file("r.json"),
+                              "--no-progress"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  json j = read_json(dir.file("r.json"));
+  ASSERT_TRUE(j.is_object()) << run.output;
+  EXPECT_EQ(j["completed"], 6);
+  EXPECT_EQ(j["total_input_tokens"], 6 * 24);
+  EXPECT_EQ(j["total_output_tokens"], 6 * 2);
+  EXPECT_EQ(server.terminate(), 0) << server.output();
+}
+
 TEST(BenchServeProcessTest, FailingServerIsCountedAndItsFirstErrorShown) {
   auto fake = bench::FakeOpenAiServer::start([](int n) {
     return n % 3 == 0 ? bench::FakeOpenAiServer::Failure::kHttp500
