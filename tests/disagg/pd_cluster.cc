@@ -145,10 +145,39 @@ Status wait_ready(Node* node, bool wait_bootstrap) {
   return Status::ok();
 }
 
+namespace {
+
+// A bootstrap port that free_port() picked can be taken by another test's process before the
+// prefill server binds it (ctest runs tests in parallel): the server then exits saying
+// "Address already in use". Such a prefill is started again on another port (3 tries).
+bool picks_its_bootstrap_port(const ServeSpec& spec) {
+  return spec.role == "prefill" && spec.bootstrap_addr.empty() && spec.bootstrap_port == 0;
+}
+
+bool lost_its_port(const Node& node, const Status& why) {
+  constexpr std::string_view kInUse = "Address already in use";
+  return why.message().find(kInUse) != std::string::npos ||
+         node.output().find(kInUse) != std::string::npos;
+}
+
+// Waits for a launched node; a prefill that lost its picked bootstrap port is launched again.
+Status wait_ready_or_relaunch(const std::string& name, const ServeSpec& spec, Node* node) {
+  const bool prefill = spec.role == "prefill";
+  for (int attempt = 1;; ++attempt) {
+    Status ready = wait_ready(node, prefill);
+    if (ready.is_ok() || !picks_its_bootstrap_port(spec) || attempt == 3 ||
+        !lost_its_port(*node, ready)) {
+      return ready;
+    }
+    ASSIGN_OR_RETURN(*node, launch_serve(name, spec));
+  }
+}
+
+}  // namespace
+
 Result<Node> start_serve(const std::string& name, ServeSpec spec) {
-  bool prefill = spec.role == "prefill";
-  ASSIGN_OR_RETURN(Node node, launch_serve(name, std::move(spec)));
-  RETURN_IF_ERROR(wait_ready(&node, prefill));
+  ASSIGN_OR_RETURN(Node node, launch_serve(name, spec));
+  RETURN_IF_ERROR(wait_ready_or_relaunch(name, spec, &node));
   return node;
 }
 
@@ -253,7 +282,7 @@ Result<PdPair> start_pd(const ServeSpec& prefill_spec, const ServeSpec& decode_s
   // Both load at once; then wait for each.
   ASSIGN_OR_RETURN(pair.prefill, launch_serve("P", p));
   ASSIGN_OR_RETURN(pair.decode, launch_serve("D", d));
-  RETURN_IF_ERROR(wait_ready(&pair.prefill, true));
+  RETURN_IF_ERROR(wait_ready_or_relaunch("P", p, &pair.prefill));
   RETURN_IF_ERROR(wait_ready(&pair.decode, false));
   std::string error;
   std::string bootstrap =
