@@ -12,6 +12,7 @@
 
 #include "disagg/pd_client.h"
 #include "testing/test_models.h"
+#include "tests/testing/free_port.h"
 
 namespace crescent::testing {
 namespace {
@@ -40,22 +41,7 @@ std::string fmt_seconds(double s) {
 }  // namespace
 
 int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return 0;
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
+  return pick_free_port();
 }
 
 int start_timeout_s() {

@@ -13,6 +13,7 @@
 #include "media/encode.h"
 #include "net/http/http_client.h"
 #include "testing/test_models.h"
+#include "tests/testing/free_port.h"
 
 namespace crescent::testing {
 
@@ -174,16 +175,7 @@ void expect_same_tokens(const Reply& got, const Reply& want, const std::string& 
 }
 
 int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return pick_free_port();
 }
 
 std::string url_of(int port) {

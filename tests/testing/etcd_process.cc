@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "net/http/http_client.h"
+#include "tests/testing/free_port.h"
 
 namespace crescent::testing {
 namespace {
@@ -32,19 +33,7 @@ std::string etcd_binary() {
 
 // A port nothing listens on now (bound to 0, read, closed).
 int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
+  return pick_free_port();
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
