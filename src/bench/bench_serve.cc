@@ -94,7 +94,6 @@ Result<std::string> read_file(const std::string& path) {
   return ss.str();
 }
 
-// The id of the first model the server lists, as vLLM's bench does without --model.
 // Polls GET /v1/models once a second until it answers 200 or `timeout_s` has passed.
 Status wait_until_ready(const ServerAddress& address, double timeout_s, FILE* out) {
   const Deadline deadline = Deadline::after_ms(static_cast<int64_t>(timeout_s * 1000));
@@ -126,6 +125,7 @@ Status wait_until_ready(const ServerAddress& address, double timeout_s, FILE* ou
                      python_float(timeout_s) + " s (--ready-check-timeout-sec): " + last_error);
 }
 
+// The id of the first model the server lists, as vLLM's bench does without --model.
 Result<std::string> first_served_model(const ServerAddress& address) {
   net::http::HttpClient client(address.host, address.port);
   auto response =

@@ -27,6 +27,26 @@ int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
+// The tokenizer's text ids (PromptTokenizer::text_token_ids), refused when there are none.
+Result<std::vector<int32_t>> allowed_ids_of(const PromptTokenizer& tokenizer) {
+  ASSIGN_OR_RETURN(std::vector<int32_t> allowed, tokenizer.text_token_ids());
+  if (allowed.empty()) {
+    return invalid_argument("the tokenizer has no non-special tokens to make prompts from");
+  }
+  return allowed;
+}
+
+// n ids drawn uniformly from `allowed`.
+std::vector<int32_t> random_ids(std::mt19937_64& rng, const std::vector<int32_t>& allowed,
+                                int64_t n) {
+  std::vector<int32_t> ids;
+  for (int64_t k = 0; k < n; ++k) {
+    ids.push_back(
+        allowed[static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(allowed.size()) - 1))]);
+  }
+  return ids;
+}
+
 // Decodes ids to text and re-encodes it until the text is exactly `target` tokens long (ids
 // that merge or split across the round trip change the count), trimming or topping up with
 // allowed ids; after 10 rounds the last text is kept with whatever count it has.
@@ -89,17 +109,11 @@ Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenize
         " a prompt could have no tokens; raise --random-input-len or --random-prefix-len");
   }
 
-  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, tokenizer.text_token_ids());
-  if (allowed.empty()) {
-    return invalid_argument("the tokenizer has no non-special tokens to make prompts from");
-  }
+  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, allowed_ids_of(tokenizer));
   auto num_allowed = static_cast<int64_t>(allowed.size());
 
   std::mt19937_64 rng(options.seed);
-  std::vector<int32_t> prefix;
-  for (int64_t k = 0; k < options.prefix_len; ++k) {
-    prefix.push_back(allowed[static_cast<size_t>(uniform(rng, 0, num_allowed - 1))]);
-  }
+  std::vector<int32_t> prefix = random_ids(rng, allowed, options.prefix_len);
   std::vector<int64_t> input_lens, output_lens, offsets;
   for (int64_t i = 0; i < num_requests; ++i) {
     input_lens.push_back(uniform(rng, input_low, input_high));
@@ -117,11 +131,7 @@ Result<std::vector<SampleRequest>> sample_random(const PromptTokenizer& tokenize
   std::vector<size_t> prefix_of(static_cast<size_t>(num_requests), 0);
   if (options.num_prefixes > 1) {
     for (int64_t p = 1; p < options.num_prefixes; ++p) {
-      std::vector<int32_t> more;
-      for (int64_t k = 0; k < options.prefix_len; ++k) {
-        more.push_back(allowed[static_cast<size_t>(uniform(rng, 0, num_allowed - 1))]);
-      }
-      prefixes.push_back(std::move(more));
+      prefixes.push_back(random_ids(rng, allowed, options.prefix_len));
     }
     for (size_t& p : prefix_of) {
       p = static_cast<size_t>(uniform(rng, 0, options.num_prefixes - 1));
@@ -163,27 +173,16 @@ Result<std::vector<SampleRequest>> sample_prefix_repetition(
                             std::to_string(num_requests) + ")], got " +
                             std::to_string(options.num_prefixes));
   }
-  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, tokenizer.text_token_ids());
-  if (allowed.empty()) {
-    return invalid_argument("the tokenizer has no non-special tokens to make prompts from");
-  }
+  ASSIGN_OR_RETURN(const std::vector<int32_t> allowed, allowed_ids_of(tokenizer));
   std::mt19937_64 rng(options.seed);
-  auto random_ids = [&](int64_t n) {
-    std::vector<int32_t> ids;
-    for (int64_t k = 0; k < n; ++k) {
-      ids.push_back(
-          allowed[static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(allowed.size()) - 1))]);
-    }
-    return ids;
-  };
   const int64_t per_prefix = num_requests / options.num_prefixes;
   const auto target = static_cast<size_t>(options.prefix_len + options.suffix_len);
   std::vector<SampleRequest> requests;
   for (int64_t p = 0; p < options.num_prefixes; ++p) {
-    const std::vector<int32_t> prefix = random_ids(options.prefix_len);
+    const std::vector<int32_t> prefix = random_ids(rng, allowed, options.prefix_len);
     for (int64_t i = 0; i < per_prefix; ++i) {
       std::vector<int32_t> ids = prefix;
-      std::vector<int32_t> suffix = random_ids(options.suffix_len);
+      std::vector<int32_t> suffix = random_ids(rng, allowed, options.suffix_len);
       ids.insert(ids.end(), suffix.begin(), suffix.end());
       ASSIGN_OR_RETURN(SampleRequest request,
                        decode_to_target_len(tokenizer, std::move(ids), target, allowed, rng));
