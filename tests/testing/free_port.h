@@ -19,10 +19,12 @@
 
 namespace crescent::testing {
 
-inline bool can_bind_loopback(int port) {
+// Binds a socket to 127.0.0.1:port (0: the kernel's pick), closes it, and returns the port it
+// got, or 0 when the bind failed.
+inline int bind_loopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    return false;
+    return 0;
   }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -36,7 +38,7 @@ inline bool can_bind_loopback(int port) {
     }
   }
   ::close(fd);
-  return bound_port != 0 && (port == 0 || bound_port == port);
+  return bound_port;
 }
 
 inline int pick_free_port() {
@@ -50,27 +52,12 @@ inline int pick_free_port() {
     std::uniform_int_distribution<int> pick(low, high);
     for (int attempt = 0; attempt < 64; ++attempt) {
       int port = pick(rng);
-      if (can_bind_loopback(port)) {
+      if (bind_loopback(port) == port) {
         return port;
       }
     }
   }
-  // No room below the ephemeral range: the kernel's pick.
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    socklen_t len = sizeof(addr);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port = ntohs(addr.sin_port);
-    }
-  }
-  if (fd >= 0) {
-    ::close(fd);
-  }
-  return port;
+  return bind_loopback(0);  // no room below the ephemeral range: the kernel's pick
 }
 
 }  // namespace crescent::testing
