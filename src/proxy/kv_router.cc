@@ -163,6 +163,10 @@ void KvRouter::poll_loop() {
         CRESCENT_LOG(kDebug) << "proxy: kv router: no KV events from " << server.url << ": "
                              << answer.status().message();
         forget(static_cast<int>(i));
+        if (!reply.is_ok() && reply.status().code() == StatusCode::kUnavailable &&
+            on_unreachable_) {
+          on_unreachable_(static_cast<int>(i), reply.status());
+        }
       }
     }
     std::unique_lock<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -64,6 +65,14 @@ class KvRouter {
   KvRouter(const KvRouter&) = delete;
   KvRouter& operator=(const KvRouter&) = delete;
 
+  // Called (on the poller thread, holding no lock of the router's) when prefill `index`'s
+  // /v1/kv_events could not be reached at all (refused, reset: kUnavailable): the proxy takes
+  // it out of rotation at once rather than at its registry's next refresh, so that a request
+  // is not sent to a prefill whose KV the index has just forgotten. A timeout or an error
+  // status is not reported: the server is alive. Set before start().
+  void set_on_unreachable(std::function<void(int index, const Status& why)> on_unreachable) {
+    on_unreachable_ = std::move(on_unreachable);
+  }
   void start();
   void stop();  // idempotent
 
@@ -93,6 +102,7 @@ class KvRouter {
   const std::vector<PrefillSpec> prefills_;
   const RouterWeights weights_;
   const int64_t poll_interval_ms_;
+  std::function<void(int, const Status&)> on_unreachable_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   KvIndex index_;            // guarded by mu_

@@ -149,11 +149,11 @@ class KvRoutedProxyTest : public ::testing::Test {
     decode_.set_handler(testing::decode_handler(&decode_));
   }
 
-  void start_proxy() {
+  void start_proxy(int64_t refresh_interval_ms = 50) {
     ProxyOptions options;
     options.port = 0;
     options.poll_interval_ms = 20;
-    options.refresh_interval_ms = 50;
+    options.refresh_interval_ms = refresh_interval_ms;
     options.request_timeout_s = 30;
     options.kv_aware_router = true;
     options.router_poll_interval_ms = 20;
@@ -248,6 +248,27 @@ TEST_F(KvRoutedProxyTest, RepeatedPrefixGoesToItsHolderAndADeadPrefillLeavesTheI
     EXPECT_EQ(post("shared prefix after"), 200);
   }
   EXPECT_TRUE(p1_.wait_for_requests("/v1/completions", p1_mid + 3, kWaitMs));
+}
+
+// The registry refreshes a ready prefill only every minute here: the KV event poll that could
+// not reach the dead prefill is what takes it out of rotation. Otherwise a request could go to
+// it after the index forgot it (its decode half failing first, the relay never learns that the
+// prefill was unreachable): CI saw two of six requests fail that way.
+TEST_F(KvRoutedProxyTest, AnUnreachableKvEventPollTakesThePrefillOutOfRotation) {
+  start_proxy(/*refresh_interval_ms=*/60'000);
+  ASSERT_TRUE(eventually([&] {
+    return contains_metric("crescent_proxy_prefill_ready{prefill=\"" + p1_.url() + "\"} 1");
+  }));
+  p0_.stop();
+  b0_.stop();
+  ASSERT_TRUE(eventually([&] {
+    return contains_metric("crescent_proxy_prefill_ready{prefill=\"" + p0_.url() + "\"} 0");
+  })) << metrics();
+  const size_t p1_before = completions_at(p1_);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(post("any prompt " + std::to_string(i)), 200);
+  }
+  EXPECT_TRUE(p1_.wait_for_requests("/v1/completions", p1_before + 4, kWaitMs));
 }
 
 }  // namespace

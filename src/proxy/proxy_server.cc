@@ -151,6 +151,9 @@ ProxyServer::ProxyServer(ProxyOptions options)
     prefill_load_ = std::make_unique<std::atomic<int>[]>(options_.prefills.size());
     decode_load_ = std::make_unique<std::atomic<int>[]>(options_.decodes.size());
     registry_.set_on_lost([router = kv_router_.get()](int index) { router->forget(index); });
+    kv_router_->set_on_unreachable([this](int index, const Status& why) {
+      registry_.report_unreachable(index, "its /v1/kv_events: " + why.message());
+    });
     metrics_.set_router_index_entries(0);
     route_workers_ = std::make_unique<TaskQueue>(2);
   }
