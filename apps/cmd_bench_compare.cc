@@ -106,6 +106,8 @@ constexpr Row kRows[] = {
     {"Benchmark duration (s)", "duration", 2},
     {"Request throughput (req/s)", "request_throughput", 2},
     {"Output token throughput (tok/s)", "output_throughput", 2},
+    {"Request goodput (req/s)", "request_goodput", 2, true},
+    {"Requests within every SLO", "good_requests", 0, true},
     {"Peak concurrent requests", "max_concurrent_requests", 0},
     {"Time to First Token", "", 0},
     {"Mean TTFT (ms)", "mean_ttft_ms", 2},
@@ -202,8 +204,8 @@ std::string shape(const Json& j) {
 // The run settings that must match for the comparison to mean anything.
 std::vector<std::string> setting_differences(const Json& a, const Json& b) {
   std::vector<std::string> out;
-  for (const char* key :
-       {"dataset_name", "num_prompts", "seed", "request_rate", "burstiness", "max_concurrency"}) {
+  for (const char* key : {"dataset_name", "num_prompts", "seed", "request_rate", "burstiness",
+                          "max_concurrency", "goodput_slos_ms"}) {
     Json va = a.value(key, Json());
     Json vb = b.value(key, Json());
     if (va != vb) {
@@ -270,9 +272,93 @@ std::string figure_name(const Finding& f, const Figure& figure) {
   return figure.statistic[0] == '\0' ? f.what : std::string(f.what) + " " + figure.statistic;
 }
 
+// "ttft <= 3000, tpot <= 40 ms" from goodput_slos_ms; "" when the file has none.
+std::string slo_list(const Json& j) {
+  auto it = j.find("goodput_slos_ms");
+  if (it == j.end() || !it->is_object() || it->empty()) {
+    return "";
+  }
+  std::string out;
+  for (const auto& [key, value] : it->items()) {
+    out += (out.empty() ? "" : ", ") + key + " <= " +
+           format_value(
+               value.is_number() ? std::optional<double>(value.get<double>()) : std::nullopt, 0);
+  }
+  return out + " ms";
+}
+
+// The goodput finding, when both runs measured it under the same SLOs: how many requests met
+// them on each side, and which SLO made the difference (the one whose misses differ most).
+// "" otherwise.
+std::string goodput_finding(const BenchRun& a, const BenchRun& b, bool explain_pd) {
+  const std::string slos = slo_list(a.result);
+  auto ga = number(a.result, "request_goodput");
+  auto gb = number(b.result, "request_goodput");
+  if (!ga || !gb || slos.empty() || slos != slo_list(b.result)) {
+    return "";
+  }
+  auto requests = [](const Json& j) {
+    return number(j, "completed").value_or(0) + number(j, "failed").value_or(0);
+  };
+  std::string out = "goodput is " + format_ratio(ratio(ga, gb)) + " (" + format_value(ga, 2) +
+                    " vs " + format_value(gb, 2) +
+                    " req/s: " + format_value(number(a.result, "good_requests"), 0) + " of " +
+                    format_value(requests(a.result), 0) + " vs " +
+                    format_value(number(b.result, "good_requests"), 0) + " of " +
+                    format_value(requests(b.result), 0) + " requests within " + slos;
+  // Misses per SLO on each side (failed requests miss every one).
+  std::string decisive;
+  double most = 0;
+  double decisive_a = 0;
+  double decisive_b = 0;
+  const Json met_a = a.result.value("slo_met_requests", Json::object());
+  const Json met_b = b.result.value("slo_met_requests", Json::object());
+  for (const auto& [key, value] : a.result["goodput_slos_ms"].items()) {
+    if (!met_a.contains(key) || !met_b.contains(key) || !met_a[key].is_number() ||
+        !met_b[key].is_number()) {
+      continue;
+    }
+    const double miss_a = requests(a.result) - met_a[key].get<double>();
+    const double miss_b = requests(b.result) - met_b[key].get<double>();
+    if (std::abs(miss_a - miss_b) > most) {
+      most = std::abs(miss_a - miss_b);
+      decisive = key;
+      decisive_a = miss_a;
+      decisive_b = miss_b;
+    }
+  }
+  if (!decisive.empty()) {
+    out += "; " + decisive + " missed by " + format_value(decisive_a, 0) + " vs " +
+           format_value(decisive_b, 0);
+  }
+  out += ")";
+  if (explain_pd && !decisive.empty()) {
+    const bool a_fewer = decisive_a < decisive_b;
+    const bool decode_side = decisive == "tpot" || decisive == "itl";
+    out += ": ";
+    if (decode_side) {
+      out += a_fewer ? "the decode engine's steps never wait behind a prefill, while the "
+                       "colocated server's running requests stall behind each long prefill step"
+                     : "the decode engine has only part of the cores, and prefills seldom "
+                       "stalled the colocated server's decode steps";
+    } else if (decisive == "ttft") {
+      out += a_fewer ? "prompts never queue behind the colocated server's decode steps"
+                     : "each prompt is prefilled on part of the cores, and its KV crosses to the "
+                       "decode engine before the first token";
+    } else {
+      out += a_fewer ? "requests finish sooner end to end" : "requests take longer end to end";
+    }
+  }
+  return out;
+}
+
 std::string sentence(const BenchRun& a, const BenchRun& b, bool explain_pd) {
   std::string out = a.label + " vs " + b.label + ":";
   bool first = true;
+  if (std::string goodput = goodput_finding(a, b, explain_pd); !goodput.empty()) {
+    out += " " + goodput;
+    first = false;
+  }
   std::vector<std::string> same;
   for (const Finding& f : kFindings) {
     const Figure* lead = &f.first;

@@ -162,7 +162,7 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
       "[--random-mm-num-mm-items-range-ratio R] [--random-mm-limit-mm-per-prompt JSON] "
       "[--random-mm-bucket-config DICT] [--num-prompts N] [--request-rate R|inf] "
       "[--burstiness B] [--max-concurrency N] [--seed S] [--ignore-eos] "
-      "[--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]",
+      "[--goodput ttft:MS tpot:MS e2el:MS itl:MS] [--save-result FILE.json]",
       "Benchmarks an OpenAI-compatible server the way `vllm bench serve` does, with its flag\n"
       "names and meanings: requests arrive as a Poisson process at --request-rate (gamma gaps\n"
       "when --burstiness != 1), each streamed; the report gives successful and failed requests,\n"
@@ -242,7 +242,9 @@ int run_bench_serve(const std::vector<std::string>& raw_args) {
   flags.add("seed", &seed, "random seed for prompts and arrivals");
   flags.add("ignore-eos", &o.ignore_eos,
             "send ignore_eos (always on for the random dataset, as vLLM does)");
-  flags.add("goodput", &goodput, "SLOs as KEY:MS pairs (ttft, tpot, e2el), e.g. ttft:500 tpot:50");
+  flags.add("goodput", &goodput,
+            "SLOs as KEY:MS pairs (ttft, tpot, e2el; itl: a request's longest gap between two "
+            "chunks, crescent's own), e.g. ttft:500 tpot:50");
   flags.add("percentile-metrics", &percentile_metrics,
             "metrics whose percentiles are reported: ttft,tpot,itl,e2el");
   flags.add("metric-percentiles", &metric_percentiles, "percentiles to report, e.g. 50,90,99");

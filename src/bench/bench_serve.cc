@@ -208,9 +208,9 @@ Result<GoodputSlos> parse_goodput(std::string_view text) {
                               pair + "'");
     }
     std::string key = pair.substr(0, colon);
-    if (key != "ttft" && key != "tpot" && key != "e2el") {
+    if (key != "ttft" && key != "tpot" && key != "e2el" && key != "itl") {
       return invalid_argument("--goodput: unknown metric '" + key +
-                              "' (the SLO metrics are ttft, tpot, e2el)");
+                              "' (the SLO metrics are ttft, tpot, e2el, itl)");
     }
     ASSIGN_OR_RETURN(double ms, parse_number(pair.substr(colon + 1), "--goodput " + key));
     if (ms < 0) {

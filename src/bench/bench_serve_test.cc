@@ -104,6 +104,8 @@ TEST(BenchServeTest, ServerFailingEveryThirdRequestIsCountedAndShown) {
   EXPECT_TRUE(j.contains("p99.9_itl_ms"));
   EXPECT_TRUE(j.contains("mean_e2el_ms"));
   EXPECT_DOUBLE_EQ(j["request_goodput"].get<double>(), j["request_throughput"].get<double>());
+  EXPECT_EQ(j["good_requests"], 6);
+  EXPECT_EQ(j["slo_met_requests"]["ttft"], 6);
 
   EXPECT_NE(text.find("Failed requests:                         3"), std::string::npos) << text;
   EXPECT_NE(text.find("Successful requests:                     6"), std::string::npos) << text;
@@ -186,7 +188,8 @@ TEST(BenchServeOptionsTest, ParsesFlagValues) {
   ASSERT_TRUE(g.is_ok());
   EXPECT_EQ(*g, (GoodputSlos{{"ttft", 100}, {"tpot", 50}, {"e2el", 2000}}));
   EXPECT_FALSE(parse_goodput("ttft=100").is_ok());
-  EXPECT_FALSE(parse_goodput("itl:5").is_ok());
+  EXPECT_EQ(*parse_goodput("itl:200"), (GoodputSlos{{"itl", 200}}));  // crescent's extension
+  EXPECT_FALSE(parse_goodput("p99_itl:5").is_ok());
   EXPECT_FALSE(parse_goodput("ttft:-1").is_ok());
   EXPECT_FALSE(parse_goodput("ttft:abc").is_ok());
   EXPECT_FALSE(parse_goodput("").is_ok());

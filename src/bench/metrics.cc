@@ -109,6 +109,7 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
                                    const TokenCounter& count_tokens) {
   BenchmarkMetrics m;
   std::vector<double> all_tpots;  // 0 for one-token outputs, for goodput
+  std::vector<double> max_itls;   // each request's longest gap (0 without one), for goodput
   std::vector<const RequestOutput*> ok;
   for (const RequestOutput& o : outputs) {
     m.total_images_sent += o.num_images;
@@ -131,6 +132,7 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
       m.tpots_s.push_back(tpot);
     }
     all_tpots.push_back(tpot);
+    max_itls.push_back(o.itl_s.empty() ? 0 : *std::max_element(o.itl_s.begin(), o.itl_s.end()));
     m.itls_s.insert(m.itls_s.end(), o.itl_s.begin(), o.itl_s.end());
     m.ttfts_s.push_back(o.ttft_s);
     m.e2els_s.push_back(o.latency_s);
@@ -139,6 +141,9 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
   m.total_output = std::accumulate(m.output_lens.begin(), m.output_lens.end(), int64_t{0});
 
   int64_t num_good = 0;
+  for (const auto& [key, slo_ms] : options.goodput) {
+    m.slo_met[key] = 0;
+  }
   if (!options.goodput.empty()) {
     for (size_t i = 0; i < ok.size(); ++i) {
       bool good = true;
@@ -146,12 +151,16 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
         double value_s = key == "ttft"   ? m.ttfts_s[i]
                          : key == "tpot" ? all_tpots[i]
                          : key == "e2el" ? m.e2els_s[i]
+                         : key == "itl"  ? max_itls[i]
                                          : 0;
-        good = good && value_s <= slo_ms / 1000;
+        const bool met = value_s <= slo_ms / 1000;
+        m.slo_met[key] += met ? 1 : 0;
+        good = good && met;
       }
       num_good += good ? 1 : 0;
     }
   }
+  m.num_good = num_good;
 
   double dur = options.duration_s > 0 ? options.duration_s : 1e-9;
   m.request_throughput = static_cast<double>(m.completed) / dur;

@@ -42,6 +42,9 @@ struct BenchmarkMetrics {
   int64_t total_output = 0;
   double request_throughput = 0;
   double request_goodput = 0;
+  int64_t num_good = 0;  // successful requests that met every SLO
+  // Per SLO key, how many successful requests met that one (whatever the others did).
+  std::map<std::string, int64_t> slo_met;
   double output_throughput = 0;
   double total_token_throughput = 0;
   double max_output_tokens_per_s = 0;
@@ -58,8 +61,10 @@ struct BenchmarkMetrics {
   std::vector<int64_t> output_lens;
 };
 
-// Goodput SLOs in milliseconds: keys "ttft", "tpot", "e2el". A request is good when each
-// named metric is <= its SLO (TPOT counts as 0 for a one-token output).
+// Goodput SLOs in milliseconds: keys "ttft", "tpot", "e2el" (vLLM's), and "itl" (crescent's:
+// the request's longest gap between two streamed chunks, where a prefill that stalls the
+// running decodes shows first). A request is good when each named metric is <= its SLO (TPOT
+// counts as 0 for a one-token output, ITL as 0 for a single chunk).
 using GoodputSlos = std::map<std::string, double>;
 
 struct MetricsOptions {

@@ -83,9 +83,20 @@ TEST(MetricsTest, TpotSkipsOneTokenOutputsButGoodputCountsThemAsZero) {
   opt.goodput = {{"tpot", 100}, {"ttft", 200}};  // B: 100 <= 100 and 100 <= 200; A: TTFT 500
   m = calculate_metrics(outs, opt);
   EXPECT_NEAR(m.request_goodput, 0.5, 1e-12);
+  EXPECT_EQ(m.num_good, 1);
+  EXPECT_EQ(m.slo_met, (std::map<std::string, int64_t>{{"tpot", 2}, {"ttft", 1}}));
   opt.goodput = {{"e2el", 500}};  // both end at 500 ms
   m = calculate_metrics(outs, opt);
   EXPECT_NEAR(m.request_goodput, 1.0, 1e-12);
+  // ITL: a request's longest gap. A has none (good), B's are 100 ms each.
+  opt.goodput = {{"itl", 99}};
+  EXPECT_NEAR(calculate_metrics(outs, opt).request_goodput, 0.5, 1e-12);
+  opt.goodput = {{"itl", 100}};
+  EXPECT_NEAR(calculate_metrics(outs, opt).request_goodput, 1.0, 1e-12);
+  // One stalled gap is enough to miss it, however short the others.
+  opt.goodput = {{"itl", 150}};
+  EXPECT_NEAR(calculate_metrics({ok(0, 0.1, {0.01, 0.01, 0.4, 0.01}, 5)}, opt).request_goodput, 0,
+              1e-12);
 
   // Only one-token outputs: no TPOT samples, the stats read 0 as numpy's `or 0` does.
   m = calculate_metrics({ok(0, 0.5, {}, 1)}, opt);

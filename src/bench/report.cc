@@ -181,6 +181,10 @@ json result_json(const BenchmarkMetrics& m, const RunInfo& info, double duration
   j["request_throughput"] = m.request_throughput;
   j["request_goodput"] = info.goodput.empty() ? json(nullptr) : json(m.request_goodput);
   j["goodput_slos_ms"] = info.goodput.empty() ? json(nullptr) : json(info.goodput);
+  if (!info.goodput.empty()) {  // crescent's: what the goodput is made of
+    j["good_requests"] = m.num_good;
+    j["slo_met_requests"] = m.slo_met;
+  }
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   j["max_output_tokens_per_s"] = m.max_output_tokens_per_s;

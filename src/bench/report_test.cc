@@ -126,6 +126,7 @@ TEST(ReportTest, JsonHasVllmKeys) {
   EXPECT_EQ(j["request_rate"], "inf");
   EXPECT_TRUE(j["max_concurrency"].is_null());
   EXPECT_TRUE(j["request_goodput"].is_null());
+  EXPECT_FALSE(j.contains("good_requests"));
   EXPECT_EQ(j["total_input_tokens"], 16);
   EXPECT_EQ(j["total_output_tokens"], 4);
   EXPECT_DOUBLE_EQ(j["duration"].get<double>(), 0.5);

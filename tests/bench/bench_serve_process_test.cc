@@ -272,9 +272,9 @@ TEST(BenchServeProcessTest, BadFlagsAreRefusedWithAMessage) {
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.output.find("--dataset-name sharegpt needs --dataset-path"), std::string::npos)
       << run.output;
-  run = bench_serve({"--model", ensure_test_model("tiny"), "--goodput", "ttft:100", "itl:5"});
+  run = bench_serve({"--model", ensure_test_model("tiny"), "--goodput", "ttft:100", "p99_itl:5"});
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("unknown metric 'itl'"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("unknown metric 'p99_itl'"), std::string::npos) << run.output;
   run = bench_serve({"--model", "/nonexistent", "--port", "1", "--served-model-name", "m"});
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.output.find("loading the tokenizer of /nonexistent"), std::string::npos)

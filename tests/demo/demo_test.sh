@@ -253,6 +253,19 @@ JSON
     "$crescent" bench compare --explain pd "$out_dir/d.json" "$b" > "$out" 2>&1 || fail "compare exited non-zero"
     expect_in "$out" 'TTFT p99 is 1.50x \(300.0 vs 200.0 ms, median 1.05x\)' "TTFT p99 leading when the median is alike"
 
+    # Goodput under the same SLOs in both: it leads, with the SLO whose misses differ most.
+    sed -e 's/"max_concurrent_requests": 4,/"max_concurrent_requests": 4, "request_goodput": 1.8, "good_requests": 9, "goodput_slos_ms": {"itl": 500.0, "ttft": 3000.0}, "slo_met_requests": {"itl": 10, "ttft": 9},/' "$a" > "$out_dir/ga.json"
+    sed -e 's/"max_concurrent_requests": 5,/"max_concurrent_requests": 5, "request_goodput": 0.59, "good_requests": 3, "goodput_slos_ms": {"itl": 500.0, "ttft": 3000.0}, "slo_met_requests": {"itl": 3, "ttft": 9},/' "$b" > "$out_dir/gb.json"
+    "$crescent" bench compare --explain pd "$out_dir/ga.json" "$out_dir/gb.json" > "$out" 2>&1 || { cat "$out"; fail "compare exited non-zero"; }
+    expect_in "$out" '^Request goodput \(req/s\) +1.80 +0.59 +3.05x$' "the goodput row"
+    expect_in "$out" '^Requests within every SLO +9 +3$' "the good requests row"
+    expect_in "$out" "^disagg vs together: goodput is 3.05x \\(1.80 vs 0.59 req/s: 9 of 10 vs 3 of 10 requests within itl <= 500, ttft <= 3000 ms; itl missed by 0 vs 7\\): the decode engine's steps never wait behind a prefill" \
+      "the goodput finding leading the sentence"
+    # Different SLOs: no goodput finding.
+    sed -e 's/"itl": 500.0/"itl": 200.0/' "$out_dir/gb.json" > "$out_dir/gc.json"
+    "$crescent" bench compare "$out_dir/ga.json" "$out_dir/gc.json" > "$out" 2>&1 || fail "compare exited non-zero"
+    grep -q 'goodput is' "$out" && fail "goodput compared under different SLOs"
+
     # Different settings are pointed out.
     sed 's/"request_rate": 2.0/"request_rate": 4.0/' "$b" > "$out_dir/c.json"
     "$crescent" bench compare "$a" "$out_dir/c.json" > "$out" 2>&1 || fail "compare exited non-zero"
