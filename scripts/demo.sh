@@ -66,9 +66,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode="${1:-pd}"
 case "$mode" in
-  pd | epd) ;;
+  pd | epd | sweep) ;;
   *)
-    echo "usage: bash scripts/demo.sh [epd]" >&2
+    echo "usage: bash scripts/demo.sh [epd|sweep]" >&2
     exit 2
     ;;
 esac
@@ -76,17 +76,23 @@ if [[ "$mode" == epd ]]; then
   : "${DEMO_NUM_PROMPTS:=32}" "${DEMO_INPUT_LEN:=64}" "${DEMO_OUTPUT_LEN:=64}"
   : "${DEMO_REQUEST_RATE:=0.8}" "${DEMO_MODEL_DIR:=models/tiny-qwen2-vl-qwen-pixels}"
   : "${DEMO_MODEL_PRESET:=tiny-qwen2-vl}"
+  : "${DEMO_LONG_INPUT_LEN:=0}" "${DEMO_GOODPUT=}"
 fi
 
 num_prompts="${DEMO_NUM_PROMPTS:-60}"
-input_len="${DEMO_INPUT_LEN:-512}"
-output_len="${DEMO_OUTPUT_LEN:-64}"
+input_len="${DEMO_INPUT_LEN:-64}"
+output_len="${DEMO_OUTPUT_LEN:-128}"
 request_rate="${DEMO_REQUEST_RATE:-2}"
 max_concurrency="${DEMO_MAX_CONCURRENCY:-}"
 seed="${DEMO_SEED:-0}"
-long_input_len="${DEMO_LONG_INPUT_LEN:-0}"
+long_input_len="${DEMO_LONG_INPUT_LEN:-2048}"
 long_output_len="${DEMO_LONG_OUTPUT_LEN:-16}"
-long_num_prompts="${DEMO_LONG_NUM_PROMPTS:-4}"
+long_num_prompts="${DEMO_LONG_NUM_PROMPTS:-15}"
+goodput="${DEMO_GOODPUT-ttft:3000 tpot:50 itl:250}"
+sweep_rates="${DEMO_SWEEP_RATES:-1 2 3 4}"
+sweep_seconds="${DEMO_SWEEP_SECONDS:-20}"
+default_num_prompts="$num_prompts"
+default_long_num_prompts="$long_num_prompts"
 cores="${DEMO_CORES:-$(nproc)}"
 model="${DEMO_MODEL_DIR:-models/small}"
 model_preset="${DEMO_MODEL_PRESET:-small}"
@@ -101,11 +107,25 @@ die() {
 }
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 for knob in num_prompts input_len output_len seed long_input_len long_output_len \
-            long_num_prompts cores startup_timeout_s bench_timeout_s; do
+            long_num_prompts cores startup_timeout_s bench_timeout_s sweep_seconds; do
   is_uint "${!knob}" || die "$knob must be a whole number, got '${!knob}'"
 done
 [[ "$request_rate" =~ ^([0-9]+([.][0-9]*)?|inf)$ ]] ||
   die "DEMO_REQUEST_RATE must be a number of requests/s or inf, got '$request_rate'"
+for rate in $sweep_rates; do
+  if ! [[ "$rate" =~ ^[0-9]+([.][0-9]*)?$ ]] || ! awk -v r="$rate" 'BEGIN { exit !(r > 0) }'; then
+    die "DEMO_SWEEP_RATES must be positive numbers of requests/s, got '$rate'"
+  fi
+done
+[[ "$mode" != sweep || -n "$goodput" ]] || die "the sweep compares goodput: DEMO_GOODPUT must not be empty"
+[[ -n "${sweep_rates// /}" ]] || die "DEMO_SWEEP_RATES must name at least one rate"
+((sweep_seconds > 0)) || die "DEMO_SWEEP_SECONDS must be positive"
+if [[ -n "$goodput" ]]; then
+  for pair in $goodput; do
+    [[ "$pair" =~ ^(ttft|tpot|e2el|itl):[0-9]+([.][0-9]*)?$ ]] ||
+      die "DEMO_GOODPUT must be KEY:MS pairs (ttft, tpot, e2el, itl), got '$pair'"
+  done
+fi
 [[ -z "$max_concurrency" ]] || is_uint "$max_concurrency" ||
   die "DEMO_MAX_CONCURRENCY must be a whole number, got '$max_concurrency'"
 ((num_prompts > 0 && input_len > 0 && output_len > 0)) ||
@@ -288,23 +308,45 @@ wait_ready() {
   die "$name did not answer 200 on http://127.0.0.1:$port$path within $startup_timeout_s s (last: $code; see ${log_of[$name]})"
 }
 
-# shellcheck disable=SC2054  # "90,99" is one argument
-bench_args=(--model "$model" --dataset-name random --random-input-len "$input_len"
-            --random-output-len "$output_len" --num-prompts "$num_prompts"
-            --request-rate "$request_rate" --seed "$seed" --no-progress
-            --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
-[[ -z "$max_concurrency" ]] || bench_args+=(--max-concurrency "$max_concurrency")
-long_args=()
-if ((long_input_len > 0)); then
-  # Spread over the main stream's schedule: num_prompts / rate seconds.
-  long_rate=$(awk -v n="$long_num_prompts" -v m="$num_prompts" -v r="$request_rate" \
-    'BEGIN { if (r == "inf") print "inf"; else printf "%.4f", n * r / m }')
+# load_args: bench_args (the main stream) and long_args (the long prompts beside it, if any)
+# from num_prompts, request_rate and long_num_prompts.
+load_args() {
   # shellcheck disable=SC2054  # "90,99" is one argument
-  long_args=(--model "$model" --dataset-name random --random-input-len "$long_input_len"
-             --random-output-len "$long_output_len" --num-prompts "$long_num_prompts"
-             --request-rate "$long_rate" --burstiness inf --seed "$((seed + 1))" --no-progress
-             --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
-fi
+  bench_args=(--model "$model" --dataset-name random --random-input-len "$input_len"
+              --random-output-len "$output_len" --num-prompts "$num_prompts"
+              --request-rate "$request_rate" --seed "$seed" --no-progress
+              --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
+  [[ -z "$max_concurrency" ]] || bench_args+=(--max-concurrency "$max_concurrency")
+  # shellcheck disable=SC2206  # the SLO pairs are separate arguments
+  [[ -z "$goodput" ]] || bench_args+=(--goodput $goodput)
+  long_args=()
+  if ((long_input_len > 0 && long_num_prompts > 0)); then
+    # Spread over the main stream's schedule: num_prompts / rate seconds.
+    local long_rate
+    long_rate=$(awk -v n="$long_num_prompts" -v m="$num_prompts" -v r="$request_rate" \
+      'BEGIN { if (r == "inf") print "inf"; else printf "%.4f", n * r / m }')
+    # shellcheck disable=SC2054  # "90,99" is one argument
+    long_args=(--model "$model" --dataset-name random --random-input-len "$long_input_len"
+               --random-output-len "$long_output_len" --num-prompts "$long_num_prompts"
+               --request-rate "$long_rate" --burstiness inf --seed "$((seed + 1))" --no-progress
+               --metric-percentiles 90,99 --request-timeout-s "$bench_timeout_s")
+    # shellcheck disable=SC2206
+    [[ -z "$goodput" ]] || long_args+=(--goodput $goodput)
+  fi
+}
+load_args
+
+# sweep_load RATE: the sweep's load at RATE req/s (DEMO_SWEEP_SECONDS of it), the long prompts
+# in the default run's proportion to the short ones.
+sweep_load() {
+  request_rate="$1"
+  num_prompts=$(awk -v r="$1" -v t="$sweep_seconds" 'BEGIN { n = int(r * t + 0.5); print (n < 1 ? 1 : n) }')
+  if ((long_input_len > 0)); then
+    long_num_prompts=$(awk -v n="$num_prompts" -v l="$default_long_num_prompts" -v m="$default_num_prompts" \
+      'BEGIN { k = int(n * l / m + 0.5); print (k < 1 ? 1 : k) }')
+  fi
+  load_args
+}
 
 # What the benchmark client runs under (the epd mode may pin it with DEMO_FRONT_CPUS).
 bench_prefix=()
@@ -620,7 +662,14 @@ proxy_port="${port_of[proxy]}"
 wait_ready proxy "$proxy_port" /health
 echo "   ready at +$(elapsed): bootstrap :$bootstrap_port, prefill :$prefill_port," \
   "decode :$decode_port, proxy :$proxy_port (KV over $kv_transport)"
-bench 1P1D 1p1d "$proxy_port"
+if [[ "$mode" == sweep ]]; then
+  for rate in $sweep_rates; do
+    sweep_load "$rate"
+    bench 1P1D "1p1d-r$rate" "$proxy_port"
+  done
+else
+  bench 1P1D 1p1d "$proxy_port"
+fi
 echo "== stopping the 1P1D cluster"
 stop_processes proxy decode prefill bootstrap
 
@@ -633,11 +682,43 @@ listening_port colocated
 both_port="${port_of[colocated]}"
 wait_ready colocated "$both_port" /health
 echo "   ready at +$(elapsed): colocated :$both_port"
-bench colocated colocated "$both_port"
+if [[ "$mode" == sweep ]]; then
+  for rate in $sweep_rates; do
+    sweep_load "$rate"
+    bench colocated "colocated-r$rate" "$both_port"
+  done
+else
+  bench colocated colocated "$both_port"
+fi
 echo "== stopping the colocated server"
 stop_processes colocated
 
 # ---- the comparison ------------------------------------------------------------------------
+if [[ "$mode" == sweep ]]; then
+  p_files="" c_files="" stems=()
+  for rate in $sweep_rates; do
+    p_files+="${p_files:+,}$run_dir/1p1d-r$rate.json"
+    c_files+="${c_files:+,}$run_dir/colocated-r$rate.json"
+    stems+=("1p1d-r$rate" "colocated-r$rate")
+  done
+  echo
+  echo "== the sweep: crescent bench sweep-report --labels 1P1D,colocated --svg sweep.svg" \
+    "1p1d-r*.json colocated-r*.json"
+  "$bin" bench sweep-report --labels 1P1D,colocated --svg "$run_dir/sweep.svg" \
+    --title "1P1D ($p_threads + $d_threads threads) vs colocated ($cores): $input_len in / $output_len out, ${long_input_len}-token prompts beside" \
+    "$p_files" "$c_files" | tee "$run_dir/sweep.txt"
+  failed=0
+  for stem in "${stems[@]}"; do
+    n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
+    [[ "$n" == 0 ]] || failed=1
+  done
+  echo
+  echo "== done in $(elapsed). Every process the demo started has stopped."
+  echo "   results: $run_dir/{1p1d,colocated}-r<rate>.json; table and sentence: sweep.txt;"
+  echo "   chart (open in a browser): sweep.svg"
+  ((failed == 0)) || die "some requests failed (see the reports above and the logs in $run_dir)"
+  exit 0
+fi
 echo
 echo "== 1P1D ($p_threads + $d_threads threads, proxy, KV over $kv_transport) vs colocated ($cores threads):" \
   "crescent bench compare --explain pd 1p1d.json colocated.json"

@@ -7,6 +7,8 @@
 #   short         the demo shortened (tiny model, a handful of prompts, DEMO_SKIP_BUILD=1 with
 #                 BIN): exit 0, both reports and the side-by-side table printed, the comparison
 #                 sentence, the run directory's files, and no process it started left running.
+#   sweep-short   `demo.sh sweep` over two rates: four reports, the sweep table, its sentence,
+#                 sweep.svg and the per-rate results, nothing left running.
 #   process-dies  the decode server cannot start (its port is taken): the demo names it, shows
 #                 its log, exits 1 and leaves nothing running.
 #   interrupted   SIGINT to the demo (as Ctrl-C) during the 1P1D benchmark: exit 130, nothing
@@ -72,11 +74,12 @@ check_nothing_left() {
 model_dir="$out_dir/model"
 common_env=(DEMO_SKIP_BUILD=1 CRESCENT_BIN="$crescent" DEMO_MODEL_DIR="$model_dir"
             DEMO_MODEL_PRESET=tiny DEMO_LOG_DIR="$out_dir/logs" DEMO_CORES=2
-            DEMO_INPUT_LEN=32 DEMO_OUTPUT_LEN=8)
+            DEMO_INPUT_LEN=32 DEMO_OUTPUT_LEN=8 DEMO_LONG_INPUT_LEN=96)
 if ((sanitized)); then
-  common_env+=(DEMO_NUM_PROMPTS=3 DEMO_REQUEST_RATE=inf DEMO_STARTUP_TIMEOUT_S=120)
+  common_env+=(DEMO_NUM_PROMPTS=3 DEMO_REQUEST_RATE=inf DEMO_STARTUP_TIMEOUT_S=120
+               DEMO_LONG_NUM_PROMPTS=1)
 else
-  common_env+=(DEMO_NUM_PROMPTS=8 DEMO_REQUEST_RATE=16)
+  common_env+=(DEMO_NUM_PROMPTS=8 DEMO_REQUEST_RATE=16 DEMO_LONG_NUM_PROMPTS=2)
 fi
 
 case "$scenario" in
@@ -96,6 +99,11 @@ case "$scenario" in
       expect_in "$out" "^1P1D vs colocated: .*$topic" "the comparison sentence ($topic)"
     done
     expect_in "$out" 'Failed requests: +0$' "no failed request"
+    expect_in "$out" '^Request goodput \(req/s\) +[0-9.]+ +[0-9.]+ +[0-9.]+x$' \
+      "goodput under the default SLOs in both columns"
+    expect_in "$out" '^1P1D vs colocated: goodput is [0-9.]+x .* within itl <= 250, tpot <= 50, ttft <= 3000 ms' \
+      "the sentence leading with goodput"
+    expect_in "$out" '^== the long prompts sent beside them' "the long prompts' own comparison"
     expect_in "$out" '== logs, results and charts of this run: ' "the run directory at the start"
     expect_in "$out" 'a standalone bootstrap server' "what runs"
     run_dir=$(sed -n 's/^== logs, results and charts of this run: //p' "$out")
@@ -111,6 +119,27 @@ case "$scenario" in
          "$run_dir"/*.log; then
       fail "a sanitizer report in the logs above"
     fi
+    check_nothing_left "$out"
+    ;;
+  sweep-short)
+    # scripts/demo.sh sweep over two rates, a second of requests each.
+    rc=0
+    env "${common_env[@]}" DEMO_SWEEP_RATES="4 8" DEMO_SWEEP_SECONDS=1 \
+      bash "$repo/scripts/demo.sh" sweep > "$out_dir/output.txt" 2>&1 || rc=$?
+    cat "$out_dir/output.txt"
+    ((rc == 0)) || fail "the sweep exited $rc"
+    out="$out_dir/output.txt"
+    [[ $(grep -c 'Serving Benchmark Result' "$out") == 4 ]] || fail "expected four benchmark reports"
+    expect_in "$out" '^Goodput under itl <= 250, tpot <= 50, ttft <= 3000 ms' "the sweep table's SLOs"
+    expect_in "$out" '^ +4 +[0-9.]+ +[0-9.]+ +[0-9.]+x' "the 4 req/s row"
+    expect_in "$out" '^ +8 +[0-9.]+ +[0-9.]+ +[0-9.]+x' "the 8 req/s row"
+    expect_in "$out" '^1P1D vs colocated goodput by rate: 4 req/s .*, 8 req/s .*\. (Crossover|No crossover)' \
+      "the sweep sentence"
+    run_dir=$(sed -n 's/^== logs, results and charts of this run: //p' "$out")
+    for f in 1p1d-r4.json 1p1d-r8.json colocated-r4.json colocated-r8.json sweep.txt sweep.svg; do
+      [[ -s "$run_dir/$f" ]] || fail "$run_dir/$f is missing or empty"
+    done
+    grep -q '<polyline' "$run_dir/sweep.svg" || fail "sweep.svg has no lines"
     check_nothing_left "$out"
     ;;
   epd-short)
@@ -307,6 +336,9 @@ JSON
     check_knob "DEMO_REQUEST_RATE must be a number of requests/s or inf, got 'fast'" DEMO_REQUEST_RATE=fast
     check_knob "DEMO_PROXY_PORT must be a port \\(0..65535\\), got '70000'" DEMO_PROXY_PORT=70000
     check_knob "must be positive" DEMO_OUTPUT_LEN=0
+    check_knob "DEMO_GOODPUT must be KEY:MS pairs \\(ttft, tpot, e2el, itl\\), got 'fast:1'" DEMO_GOODPUT=fast:1
+    check_knob "DEMO_SWEEP_RATES must be positive numbers of requests/s, got '0'" sweep DEMO_SWEEP_RATES=0
+    check_knob "the sweep compares goodput: DEMO_GOODPUT must not be empty" sweep DEMO_GOODPUT=
     check_knob "DEMO_PREFILL_IMAGES must be full or ref, got 'some'" epd DEMO_PREFILL_IMAGES=some
     check_knob "DEMO_E_NICE must be a niceness \\(-20..19\\) or idle, got 'low'" epd DEMO_E_NICE=low
     check_knob "is not an executable" CRESCENT_BIN=/nonexistent/crescent
