@@ -89,6 +89,25 @@ std::optional<Crossover> find_crossover(const SweepSeries& a, const SweepSeries&
   return out;
 }
 
+// The first point from which one side wins at every rate, all points before it being ties;
+// nullopt otherwise.
+std::optional<size_t> pulls_ahead(const SweepSeries& a, const SweepSeries& b) {
+  size_t i = 0;
+  while (i < a.points.size() && winner(a.points[i], b.points[i]) == Winner::kTie) {
+    ++i;
+  }
+  if (i == a.points.size()) {
+    return std::nullopt;
+  }
+  const Winner who = winner(a.points[i], b.points[i]);
+  for (size_t k = i; k < a.points.size(); ++k) {
+    if (winner(a.points[k], b.points[k]) != who) {
+      return std::nullopt;
+    }
+  }
+  return i;
+}
+
 }  // namespace
 
 Result<SweepPoint> sweep_point(const Json& result, const std::string& what) {
@@ -231,6 +250,14 @@ std::string sweep_sentence(const SweepSeries& a, const SweepSeries& b) {
     return out + "No crossover: within " + fixed(kTieWithin * 100, 0) +
            "% of each other at every rate swept.";
   }
+  // Tied at the low rates, then one side ahead at every higher one: where it pulls ahead.
+  if (std::optional<size_t> ahead = pulls_ahead(a, b); ahead && *ahead > 0) {
+    return out + "Within " + fixed(kTieWithin * 100, 0) + "% of each other up to " +
+           rate_text(a.points[*ahead - 1].rate) + " req/s; " + name(who) +
+           " has the higher goodput from " + rate_text(a.points[*ahead].rate) +
+           " req/s on (no rate swept where " + name(who == Winner::kA ? Winner::kB : Winner::kA) +
+           " is ahead).";
+  }
   std::string at;
   for (size_t i = 0; i < wins.size(); ++i) {
     at += (i == 0 ? "" : (i + 1 == wins.size() ? " and " : ", ")) + wins[i];
@@ -261,7 +288,16 @@ std::string render_sweep_svg(const SweepSeries& a, const SweepSeries& b, const s
 
   const double x_lo = a.points.empty() ? 0 : a.points.front().rate;
   const double x_hi = a.points.empty() ? 1 : a.points.back().rate;
-  std::optional<Crossover> c = find_crossover(a, b);
+  // Dashed between the two rates where the goodput winner changes, or where one pulls ahead.
+  std::optional<double> marker_at;
+  std::string marker_label;
+  if (std::optional<Crossover> c = find_crossover(a, b)) {
+    marker_at = (a.points[c->below].rate + a.points[c->above].rate) / 2;
+    marker_label = "crossover";
+  } else if (std::optional<size_t> ahead = pulls_ahead(a, b); ahead && *ahead > 0) {
+    marker_at = (a.points[*ahead - 1].rate + a.points[*ahead].rate) / 2;
+    marker_label = "goodput apart by more than 10%";
+  }
   auto draw = [&](double x0, const std::string& panel_title, const std::string& y_name,
                   double (*value)(const SweepPoint&)) {
     double y_hi = 0;
@@ -276,13 +312,13 @@ std::string render_sweep_svg(const SweepSeries& a, const SweepSeries& b, const s
     }
     svg::Panel panel(&out, x0, kTop, panel_title, "offered request rate (req/s)", y_name, x_lo,
                      x_hi, 0, y_hi * 1.15);
-    if (c) {
-      panel.vertical_marker((a.points[c->below].rate + a.points[c->above].rate) / 2, "#888");
+    if (marker_at) {
+      panel.vertical_marker(*marker_at, "#888");
     }
     panel.line(pa, kColorA);
     panel.line(pb, kColorB);
-    if (c) {
-      panel.marker_label("#666", "crossover", 0);
+    if (marker_at) {
+      panel.marker_label("#666", marker_label, 0);
     }
   };
   draw(0, "Goodput (" + a.slos + ")", "good requests/s",

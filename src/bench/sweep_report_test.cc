@@ -51,13 +51,27 @@ TEST(SweepReportTest, NamesTheCrossoverWhereTheGoodputWinnerChanges) {
 }
 
 TEST(SweepReportTest, NoCrossoverWhenOneSideWinsOrAllTie) {
-  SweepSeries a = series("A", {run(1, 1.0), run(2, 1.9)});
-  SweepSeries b = series("B", {run(1, 0.98), run(2, 1.0)});
+  // Tied, then A ahead from 2 on: where it pulls ahead.
+  SweepSeries a = series("A", {run(1, 1.0), run(2, 1.9), run(3, 2.5)});
+  SweepSeries b = series("B", {run(1, 0.98), run(2, 1.0), run(3, 0.1)});
   std::string s = sweep_sentence(a, b);
-  EXPECT_NE(s.find("No crossover in 1-2 req/s: A has the higher goodput at 2 req/s"),
+  EXPECT_NE(s.find("Within 10% of each other up to 1 req/s; A has the higher goodput from 2 req/s "
+                   "on (no rate swept where B is ahead)."),
             std::string::npos)
       << s;
-  EXPECT_EQ(render_sweep_svg(a, b, "t").find("crossover"), std::string::npos);
+  std::string chart = render_sweep_svg(a, b, "t");
+  EXPECT_EQ(chart.find(">crossover<"), std::string::npos);
+  EXPECT_NE(chart.find("goodput apart by more than 10%"), std::string::npos);
+  // A ahead, a tie, A ahead again: no single point to name.
+  SweepSeries d = series("D", {run(1, 2.0), run(2, 1.0), run(3, 2.0)});
+  SweepSeries e = series("E", {run(1, 1.0), run(2, 1.0), run(3, 1.0)});
+  s = sweep_sentence(d, e);
+  EXPECT_NE(s.find("No crossover in 1-3 req/s: D has the higher goodput at 1 and 3 req/s and is "
+                   "within 10% elsewhere."),
+            std::string::npos)
+      << s;
+  a = series("A", {run(1, 1.0), run(2, 1.9)});
+  b = series("B", {run(1, 0.98), run(2, 1.0)});
   SweepSeries c = series("C", {run(1, 1.0), run(2, 1.95)});
   s = sweep_sentence(a, c);
   EXPECT_NE(s.find("No crossover: within 10% of each other at every rate swept."),
