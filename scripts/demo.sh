@@ -10,21 +10,26 @@
 # 2. Starts on 127.0.0.1: a standalone `crescent bootstrap`; one `crescent serve --role prefill`
 #    that registers with it (--bootstrap-addr); one `--role decode`; and `crescent proxy` in
 #    front of them. The cores are split: prefill and decode get half each.
-# 3. Runs `crescent bench serve` through the proxy, then stops the cluster.
+# 3. Runs `crescent bench serve` through the proxy, then stops the cluster: the load
+#    disaggregation is for, short requests decoding while long prompts keep arriving (a
+#    second `bench serve` sends those beside the first), with goodput under SLOs.
 # 4. Starts one `crescent serve --role both` with all the cores and runs the same benchmark
 #    against it, then stops it.
 # 5. Prints the two reports side by side (`crescent bench compare`) with a sentence on what
-#    differs.
+#    differs, goodput first.
 # Every process it starts is stopped when it ends, fails or is interrupted (Ctrl-C); if one of
 # them dies, the demo names it, prints the end of its log and exits 1. Logs, results and charts
 # are kept in build/demo-logs/<time>/ (printed at the start and the end).
 #
 # Knobs (environment):
-#   DEMO_NUM_PROMPTS (60)  DEMO_INPUT_LEN (512)  DEMO_OUTPUT_LEN (64)  DEMO_REQUEST_RATE (2)
+#   DEMO_NUM_PROMPTS (60)  DEMO_INPUT_LEN (64)  DEMO_OUTPUT_LEN (128)  DEMO_REQUEST_RATE (2)
 #   DEMO_MAX_CONCURRENCY (none)  DEMO_SEED (0)
-#   DEMO_LONG_INPUT_LEN (0: off) DEMO_LONG_OUTPUT_LEN (16) DEMO_LONG_NUM_PROMPTS (4): a second
-#       stream of long prompts sent beside the main one (spread over the same time), to see
-#       what long prefills do to the main stream's TPOT; its own reports are printed too.
+#   DEMO_GOODPUT ('ttft:3000 tpot:50 itl:250'): bench serve's --goodput SLOs in ms (itl: a
+#       request's longest gap between two chunks); empty: none.
+#   DEMO_LONG_INPUT_LEN (2048; 0: off) DEMO_LONG_OUTPUT_LEN (16) DEMO_LONG_NUM_PROMPTS (15): the
+#       second stream of long prompts sent beside the main one (spread evenly over the same
+#       time), whose prefills stall a colocated server's running decodes; its own reports are
+#       printed too.
 #   DEMO_CORES (nproc): compute threads in all; prefill gets half, decode the rest, the
 #       colocated server all of them.
 #   DEMO_MODEL_DIR (models/small)  DEMO_MODEL_PRESET (small): made with make-model if absent.
@@ -34,6 +39,13 @@
 #       (0: a free port chosen by each process)
 #   DEMO_KV_TRANSPORT (shm)  DEMO_STARTUP_TIMEOUT_S (90)  DEMO_BENCH_TIMEOUT_S (600)
 # Exit status: 0 when both runs completed every request; 1 otherwise (the reason is printed).
+#
+#   bash scripts/demo.sh sweep
+#
+# The same two set-ups and load at each of DEMO_SWEEP_RATES ('1 2 3 4' req/s), DEMO_SWEEP_SECONDS
+# (20) of requests at each (the long prompts in the default's proportion, one per four short
+# ones), one cluster start per set-up; then `crescent bench sweep-report`: goodput, TPOT/ITL p99
+# and TTFT median per rate, a sentence naming where the goodput winner changes, and sweep.svg.
 #
 #   bash scripts/demo.sh epd
 #
