@@ -5,15 +5,14 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/command.h"
 #include "apps/flags.h"
+#include "bench/report.h"
 #include "core/status.h"
 
 namespace crescent::apps {
@@ -39,17 +38,7 @@ std::optional<double> number(const Json& j, const std::string& key) {
 }
 
 Result<BenchRun> load_run(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return not_found("cannot open " + path);
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return invalid_argument(path +
-                            " is not a JSON object (a `crescent bench serve --save-result` file)");
-  }
+  ASSIGN_OR_RETURN(Json j, bench::read_result_file(path));
   for (const char* key : {"completed", "failed", "duration", "request_throughput",
                           "output_throughput", "median_ttft_ms", "median_tpot_ms"}) {
     if (!number(j, key)) {
@@ -272,29 +261,14 @@ std::string figure_name(const Finding& f, const Figure& figure) {
   return figure.statistic[0] == '\0' ? f.what : std::string(f.what) + " " + figure.statistic;
 }
 
-// "ttft <= 3000, tpot <= 40 ms" from goodput_slos_ms; "" when the file has none.
-std::string slo_list(const Json& j) {
-  auto it = j.find("goodput_slos_ms");
-  if (it == j.end() || !it->is_object() || it->empty()) {
-    return "";
-  }
-  std::string out;
-  for (const auto& [key, value] : it->items()) {
-    out += (out.empty() ? "" : ", ") + key + " <= " +
-           format_value(
-               value.is_number() ? std::optional<double>(value.get<double>()) : std::nullopt, 0);
-  }
-  return out + " ms";
-}
-
 // The goodput finding, when both runs measured it under the same SLOs: how many requests met
 // them on each side, and which SLO made the difference (the one whose misses differ most).
 // "" otherwise.
 std::string goodput_finding(const BenchRun& a, const BenchRun& b, bool explain_pd) {
-  const std::string slos = slo_list(a.result);
+  const std::string slos = bench::goodput_slos_text(a.result);
   auto ga = number(a.result, "request_goodput");
   auto gb = number(b.result, "request_goodput");
-  if (!ga || !gb || slos.empty() || slos != slo_list(b.result)) {
+  if (!ga || !gb || slos.empty() || slos != bench::goodput_slos_text(b.result)) {
     return "";
   }
   auto requests = [](const Json& j) {

@@ -12,6 +12,7 @@
 
 #include "apps/command.h"
 #include "apps/flags.h"
+#include "bench/report.h"
 #include "bench/sweep_report.h"
 #include "core/status.h"
 
@@ -19,21 +20,6 @@ namespace crescent::apps {
 namespace {
 
 using Json = nlohmann::json;
-
-Result<Json> read_result(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return not_found("cannot open " + path);
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return invalid_argument(path +
-                            " is not a JSON object (a `crescent bench serve --save-result` file)");
-  }
-  return j;
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -51,7 +37,7 @@ Result<bench::SweepSeries> load_series(const std::string& label, const std::stri
   std::vector<std::string> paths = split_commas(list);
   std::vector<Json> results;
   for (const std::string& path : paths) {
-    ASSIGN_OR_RETURN(Json j, read_result(path));
+    ASSIGN_OR_RETURN(Json j, bench::read_result_file(path));
     results.push_back(std::move(j));
   }
   return bench::sweep_series(label, results, paths);

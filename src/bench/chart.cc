@@ -96,13 +96,7 @@ void over_time(std::string* svg, double x0, double y0, const std::string& title,
 std::string render_chart_svg(const std::vector<RequestOutput>& outputs,
                              const BenchmarkMetrics& metrics, const std::string& title) {
   const double height = kTop + 3 * kPanelHeight + 30;
-  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(kWidth) +
-         "\" height=\"" + num(height) + "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) +
-         "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" " +
-         "font-weight=\"bold\">" + escape(title) + "</text>\n";
+  std::string svg = bench::svg::document_start(kWidth, height, title);
 
   histogram(&svg, 0, kTop, "TTFT", metrics.ttfts_s);
   histogram(&svg, kPanelWidth, kTop, "TPOT", metrics.tpots_s);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 namespace crescent::bench {
@@ -244,6 +246,37 @@ json result_json(const BenchmarkMetrics& m, const RunInfo& info, double duration
     }
   }
   return j;
+}
+
+Result<json> read_result_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return not_found("cannot open " + path);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return invalid_argument(path +
+                            " is not a JSON object (a `crescent bench serve --save-result` file)");
+  }
+  return j;
+}
+
+std::string goodput_slos_text(const json& result) {
+  auto it = result.find("goodput_slos_ms");
+  if (it == result.end() || !it->is_object() || it->empty()) {
+    return "";
+  }
+  std::string out;
+  for (const auto& [key, value] : it->items()) {
+    char ms[32] = "?";
+    if (value.is_number()) {
+      std::snprintf(ms, sizeof(ms), "%.0f", value.get<double>());
+    }
+    out += (out.empty() ? "" : ", ") + key + " <= " + ms;
+  }
+  return out + " ms";
 }
 
 }  // namespace crescent::bench

@@ -10,6 +10,7 @@
 
 #include "bench/metrics.h"
 #include "bench/request_output.h"
+#include "core/status.h"
 
 namespace crescent::bench {
 
@@ -48,5 +49,11 @@ std::string format_report(const BenchmarkMetrics& metrics, const RunInfo& info, 
 // latencies, start_times, queue_times, generated_texts, errors).
 nlohmann::json result_json(const BenchmarkMetrics& metrics, const RunInfo& info, double duration_s,
                            const std::vector<RequestOutput>& outputs, bool detailed);
+
+// A --save-result file read back: a JSON object, or an error naming the path.
+Result<nlohmann::json> read_result_file(const std::string& path);
+
+// A result's goodput SLOs as "itl <= 250, ttft <= 3000 ms" (keys in order); "" without any.
+std::string goodput_slos_text(const nlohmann::json& result);
 
 }  // namespace crescent::bench

@@ -61,4 +61,15 @@ std::vector<double> nice_ticks(double lo, double hi, int count, double* step_out
   return ticks;
 }
 
+std::string document_start(double width, double height, const std::string& title) {
+  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(width) +
+         "\" height=\"" + num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
+         "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + num(width / 2) + "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" " +
+         "font-weight=\"bold\">" + escape(title) + "</text>\n";
+  return svg;
+}
+
 }  // namespace crescent::bench::svg

@@ -25,6 +25,9 @@ std::string num(double v);
 std::string tick_label(double v, double step);
 // Ticks at 1, 2 or 5 times a power of ten, covering [lo, hi] with about `count` steps.
 std::vector<double> nice_ticks(double lo, double hi, int count, double* step_out);
+// The XML declaration, the <svg> element of that size on a white ground, and the title line
+// centred on top (the caller appends the panels and "</svg>\n").
+std::string document_start(double width, double height, const std::string& title);
 
 // One panel's plotting area with linear axes over [x_lo, x_hi] x [y_lo, y_hi].
 class Panel {

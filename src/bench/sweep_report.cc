@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "bench/report.h"
 #include "bench/svg_panel.h"
 #include "core/check.h"
 
@@ -33,19 +34,6 @@ std::optional<double> number(const Json& j, const char* key) {
     return std::nullopt;
   }
   return it->get<double>();
-}
-
-std::string slo_text(const Json& j) {
-  auto it = j.find("goodput_slos_ms");
-  if (it == j.end() || !it->is_object() || it->empty()) {
-    return "";
-  }
-  std::string out;
-  for (const auto& [key, value] : it->items()) {
-    out += (out.empty() ? "" : ", ") + key +
-           " <= " + (value.is_number() ? fixed(value.get<double>(), 0) : "?");
-  }
-  return out + " ms";
 }
 
 enum class Winner { kA, kTie, kB };
@@ -143,7 +131,7 @@ Result<SweepSeries> sweep_series(std::string label, const std::vector<Json>& res
   }
   for (size_t i = 0; i < results.size(); ++i) {
     ASSIGN_OR_RETURN(SweepPoint p, sweep_point(results[i], names[i]));
-    const std::string slos = slo_text(results[i]);
+    const std::string slos = goodput_slos_text(results[i]);
     if (i == 0) {
       s.slos = slos;
     } else if (slos != s.slos) {
@@ -278,13 +266,7 @@ std::string render_sweep_svg(const SweepSeries& a, const SweepSeries& b, const s
   const double height = kTop + kPanelHeight + kLegend;
   const char* kColorA = "#4e79a7";
   const char* kColorB = "#e15759";
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(width) +
-         "\" height=\"" + num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
-         "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
-  out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out += "<text x=\"" + num(width / 2) + "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" " +
-         "font-weight=\"bold\">" + escape(title) + "</text>\n";
+  std::string out = svg::document_start(width, height, title);
 
   const double x_lo = a.points.empty() ? 0 : a.points.front().rate;
   const double x_hi = a.points.empty() ? 1 : a.points.back().rate;
