@@ -274,8 +274,12 @@ std::string goodput_finding(const BenchRun& a, const BenchRun& b, bool explain_p
   auto requests = [](const Json& j) {
     return number(j, "completed").value_or(0) + number(j, "failed").value_or(0);
   };
-  std::string out = "goodput is " + format_ratio(ratio(ga, gb)) + " (" + format_value(ga, 2) +
-                    " vs " + format_value(gb, 2) +
+  // B's goodput 0: no ratio to give.
+  const std::string how = ratio(ga, gb) ? format_ratio(ratio(ga, gb))
+                          : *ga > 0     ? "above zero only for " + a.label
+                                        : std::string("zero for both");
+  std::string out = "goodput is " + how + " (" + format_value(ga, 2) + " vs " +
+                    format_value(gb, 2) +
                     " req/s: " + format_value(number(a.result, "good_requests"), 0) + " of " +
                     format_value(requests(a.result), 0) + " vs " +
                     format_value(number(b.result, "good_requests"), 0) + " of " +
