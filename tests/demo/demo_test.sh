@@ -134,7 +134,7 @@ case "$scenario" in
     expect_in "$out" '^Goodput under itl <= 250, tpot <= 50, ttft <= 3000 ms' "the sweep table's SLOs"
     expect_in "$out" '^ +4 +[0-9.]+ +[0-9.]+ +([0-9.]+x|-) ' "the 4 req/s row"
     expect_in "$out" '^ +8 +[0-9.]+ +[0-9.]+ +([0-9.]+x|-) ' "the 8 req/s row"
-    expect_in "$out" '^1P1D vs colocated goodput by rate: 4 req/s .*, 8 req/s .*\. (Crossover|No crossover)' \
+    expect_in "$out" '^1P1D vs colocated goodput by rate: 4 req/s .*, 8 req/s .*\. (Crossover|No crossover|Within 10% of each other up to)' \
       "the sweep sentence"
     run_dir=$(sed -n 's/^== logs, results and charts of this run: //p' "$out")
     for f in 1p1d-r4.json 1p1d-r8.json colocated-r4.json colocated-r8.json sweep.txt sweep.svg; do
