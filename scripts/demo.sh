@@ -360,6 +360,16 @@ sweep_load() {
   load_args
 }
 
+# any_failed STEM...: whether a benchmark's report (bench-STEM.log) counts a failed request.
+any_failed() {
+  local stem n
+  for stem in "$@"; do
+    n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
+    [[ "$n" == 0 ]] || return 0
+  done
+  return 1
+}
+
 # What the benchmark client runs under (the epd mode may pin it with DEMO_FRONT_CPUS).
 bench_prefix=()
 # bench LABEL FILE_STEM PORT: the benchmark against 127.0.0.1:PORT, watching every process.
@@ -632,10 +642,7 @@ if [[ "$mode" == epd ]]; then
   } | tee "$run_dir/verdict.txt"
 
   failed=0
-  for stem in epd colocated; do
-    n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
-    [[ "$n" == 0 ]] || failed=1
-  done
+  if any_failed epd colocated; then failed=1; fi
   echo
   echo "== done in $(elapsed). Every process the demo started has stopped."
   echo "   logs: $run_dir/{bootstrap,encode,prefill,decode,proxy,colocated}.log"
@@ -720,10 +727,7 @@ if [[ "$mode" == sweep ]]; then
     --title "1P1D ($p_threads + $d_threads threads) vs colocated ($cores): $input_len in / $output_len out, ${long_input_len}-token prompts beside" \
     "$p_files" "$c_files" | tee "$run_dir/sweep.txt"
   failed=0
-  for stem in "${stems[@]}"; do
-    n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
-    [[ "$n" == 0 ]] || failed=1
-  done
+  if any_failed "${stems[@]}"; then failed=1; fi
   echo
   echo "== done in $(elapsed). Every process the demo started has stopped."
   echo "   results: $run_dir/{1p1d,colocated}-r<rate>.json; table and sentence: sweep.txt;"
@@ -744,10 +748,7 @@ if ((${#long_args[@]})); then
 fi
 
 failed=0
-for stem in 1p1d colocated; do
-  n=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$run_dir/bench-$stem.log" | head -n1)
-  [[ "$n" == 0 ]] || failed=1
-done
+if any_failed 1p1d colocated; then failed=1; fi
 echo
 echo "== done in $(elapsed). Every process the demo started has stopped."
 echo "   logs: $run_dir/{bootstrap,prefill,decode,proxy,colocated}.log"

@@ -140,7 +140,6 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
   }
   m.total_output = std::accumulate(m.output_lens.begin(), m.output_lens.end(), int64_t{0});
 
-  int64_t num_good = 0;
   for (const auto& [key, slo_ms] : options.goodput) {
     m.slo_met[key] = 0;
   }
@@ -157,14 +156,13 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs,
         m.slo_met[key] += met ? 1 : 0;
         good = good && met;
       }
-      num_good += good ? 1 : 0;
+      m.num_good += good ? 1 : 0;
     }
   }
-  m.num_good = num_good;
 
   double dur = options.duration_s > 0 ? options.duration_s : 1e-9;
   m.request_throughput = static_cast<double>(m.completed) / dur;
-  m.request_goodput = static_cast<double>(num_good) / dur;
+  m.request_goodput = static_cast<double>(m.num_good) / dur;
   m.output_throughput = static_cast<double>(m.total_output) / dur;
   m.total_token_throughput = static_cast<double>(m.total_input + m.total_output) / dur;
   m.image_throughput = static_cast<double>(m.total_images_completed) / dur;

@@ -61,18 +61,19 @@ struct Crossover {
   Winner to = Winner::kTie;
 };
 std::optional<Crossover> find_crossover(const SweepSeries& a, const SweepSeries& b) {
-  std::optional<size_t> last;
+  std::optional<size_t> last;  // the last point that was not a tie
+  Winner last_winner = Winner::kTie;
   std::optional<Crossover> out;
   for (size_t i = 0; i < a.points.size(); ++i) {
     Winner w = winner(a.points[i], b.points[i]);
     if (w == Winner::kTie) {
       continue;
     }
-    if (last && winner(a.points[*last], b.points[*last]) != w) {
-      out = Crossover{
-          .below = *last, .above = i, .from = winner(a.points[*last], b.points[*last]), .to = w};
+    if (last && last_winner != w) {
+      out = Crossover{.below = *last, .above = i, .from = last_winner, .to = w};
     }
     last = i;
+    last_winner = w;
   }
   return out;
 }
