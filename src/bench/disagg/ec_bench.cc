@@ -1,18 +1,16 @@
-// `crescent bench disagg --encode`: see bench_disagg_ec.h. Each image of each shape is
-// published with a fresh mm_hash (so the producer writes it, as an encoder would), fetched,
-// checked value by value, and then the same bytes are written again into a shared source
-// buffer and memcpy'd into the consumer's destination: both copies start from bytes just
-// written by this thread into a destination just read by it (read_all() before the publish,
-// check_values() before the memcpy), so the caches are in the same state for both, and machine
-// load from other work falls on both alike.
+// Each image of each shape is published with a fresh mm_hash (so the producer writes it, as an
+// encoder would), fetched, checked value by value, and then the same bytes are written again
+// into a shared source buffer and memcpy'd into the consumer's destination: both copies start
+// from bytes just written by this thread into a destination just read by it (read_all() before
+// the publish, check_values() before the memcpy), so the caches are in the same state for
+// both, and machine load from other work falls on both alike.
 
-#include "apps/bench_disagg_ec.h"
-
-#include <sched.h>
+#include "bench/disagg/ec_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -23,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/flags.h"
+#include "bench/disagg/host_info.h"
 #include "bench/metrics.h"
 #include "core/clock.h"
 #include "disagg/ec_consumer.h"
@@ -31,20 +29,10 @@
 #include "transfer/shared_memory.h"
 #include "transfer/transfer_engine.h"
 
-namespace crescent::apps {
+namespace crescent::bench {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-struct EcBenchOptions {
-  std::string ec_transport = "shm";
-  std::string tokens = "256,1196";  // Qwen2-VL-2B: a 448x448 image, and a 1000x750-ish one
-  int64_t hidden_size = 1536;       // Qwen2-VL-2B's merger output
-  int num_images = 50;
-  int num_warmup = 2;
-  double target_ratio = 2.0;
-  std::string json_path;
-};
 
 struct ShapeFigures {
   int64_t num_tokens = 0;
@@ -58,42 +46,6 @@ struct ShapeFigures {
 
 double seconds_since(TimePoint t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-int num_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-Result<std::vector<int64_t>> parse_tokens(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > disagg::kMaxEcTokensPerImage) {
-      return invalid_argument("--tokens expects a comma-separated list of token counts (1.." +
-                              std::to_string(disagg::kMaxEcTokensPerImage) + "), got '" + text +
-                              "'");
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) {
-    return invalid_argument("--tokens is empty");
-  }
-  return out;
 }
 
 // The embedding values of image `seed`: every float differs, so a misplaced byte shows.
@@ -221,7 +173,7 @@ Status EcTransferBench::run() {
   if (!transfer::is_transport_available(transport_)) {
     return unavailable("--ec-transport " + o_.ec_transport + " is not available in this build");
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> tokens, parse_tokens(o_.tokens));
+  ASSIGN_OR_RETURN(std::vector<int64_t> tokens, parse_ec_bench_tokens(o_.tokens));
   uint64_t largest = 0;
   for (int64_t t : tokens) {
     largest = std::max(largest, static_cast<uint64_t>(t * o_.hidden_size) * sizeof(float));
@@ -248,15 +200,14 @@ Status EcTransferBench::run() {
       "%lld), producer and consumer in this process, each with its own transfer engine, over "
       "%s; %d images per shape after %d warm-up; %d cores, load average %s\n",
       static_cast<long long>(o_.hidden_size), o_.ec_transport.c_str(), o_.num_images, o_.num_warmup,
-      num_cores(), load_at_start_.c_str());
+      num_usable_cores(), load_at_start_.c_str());
   std::fflush(stdout);
   RETURN_IF_ERROR(run_shape(1, &probe_));
   for (int64_t t : tokens) {
     ShapeFigures f;
     RETURN_IF_ERROR(run_shape(t, &f));
     std::printf("  %lld tokens: fetch median %.3f ms, memcpy median %.3f ms\n",
-                static_cast<long long>(t), bench::median(f.fetch_s) * 1e3,
-                bench::median(f.memcpy_s) * 1e3);
+                static_cast<long long>(t), median(f.fetch_s) * 1e3, median(f.memcpy_s) * 1e3);
     std::fflush(stdout);
     shapes_.push_back(std::move(f));
   }
@@ -309,9 +260,9 @@ void EcTransferBench::print_report() const {
                   static_cast<long long>(f.num_tokens), static_cast<long long>(o_.hidden_size),
                   static_cast<double>(f.num_bytes) / (1 << 20));
     auto row = [&](const char* label, const char* what, const std::vector<double>& v) {
-      std::printf("  %-24s %-7s %9.3f %9.3f %9.3f %9.2f\n", label, what, bench::median(v) * 1e3,
-                  bench::percentile(v, 99) * 1e3, *std::min_element(v.begin(), v.end()) * 1e3,
-                  gbps(f.num_bytes, bench::median(v)));
+      std::printf("  %-24s %-7s %9.3f %9.3f %9.3f %9.2f\n", label, what, median(v) * 1e3,
+                  percentile(v, 99) * 1e3, *std::min_element(v.begin(), v.end()) * 1e3,
+                  gbps(f.num_bytes, median(v)));
     };
     row(shape, "fetch", f.fetch_s);
     row("", "memcpy", f.memcpy_s);
@@ -321,7 +272,7 @@ void EcTransferBench::print_report() const {
                 f.warmup_fetch_s.empty() ? 0.0 : f.warmup_fetch_s.front() * 1e3);
   }
   for (const ShapeFigures& f : shapes_) {
-    double r_median = ratio(bench::median(f.fetch_s), bench::median(f.memcpy_s));
+    double r_median = ratio(median(f.fetch_s), median(f.memcpy_s));
     double r_best = ratio(*std::min_element(f.fetch_s.begin(), f.fetch_s.end()),
                           *std::min_element(f.memcpy_s.begin(), f.memcpy_s.end()));
     std::printf("  EC transfer / memcpy, %lld tokens: %.2f (medians), %.2f (bests)   %s\n",
@@ -329,21 +280,21 @@ void EcTransferBench::print_report() const {
                 verdict(o_.ec_transport, r_median, o_.target_ratio).c_str());
     std::printf("  EC transfer / memcpy*, %lld tokens: %.2f (medians)\n",
                 static_cast<long long>(f.num_tokens),
-                ratio(bench::median(f.fetch_s), bench::median(f.memcpy_fresh_s)));
+                ratio(median(f.fetch_s), median(f.memcpy_fresh_s)));
   }
-  const double fixed_s = bench::median(probe_.fetch_s);
+  const double fixed_s = median(probe_.fetch_s);
   std::printf(
       "  fixed cost of a fetch (a one-row tensor; shm mapped copy: the stamp checks; otherwise "
       "the READ's submit and completion and the RELEASE round trip): p50 %.3f ms, best %.3f "
       "ms\n",
       fixed_s * 1e3, *std::min_element(probe_.fetch_s.begin(), probe_.fetch_s.end()) * 1e3);
   for (const ShapeFigures& f : shapes_) {
-    double bytes_s = std::max(0.0, bench::median(f.fetch_s) - fixed_s);
+    double bytes_s = std::max(0.0, median(f.fetch_s) - fixed_s);
     std::printf(
         "  beyond it, %lld tokens: %.3f ms for the bytes (%.2f GB/s), %.2f x memcpy "
         "(medians)\n",
         static_cast<long long>(f.num_tokens), bytes_s * 1e3, gbps(f.num_bytes, bytes_s),
-        ratio(bytes_s, bench::median(f.memcpy_s)));
+        ratio(bytes_s, median(f.memcpy_s)));
   }
   std::printf(
       "  (fetch: EcConsumer::fetch() of one image over %s: after the first contact with the "
@@ -355,7 +306,7 @@ void EcTransferBench::print_report() const {
       "baseline)\n",
       o_.ec_transport.c_str(), static_cast<unsigned long long>(num_mapped_copies_));
   std::printf("\nload average: %s at start, %s at end (%d cores)\n", load_at_start_.c_str(),
-              load_at_end_.c_str(), num_cores());
+              load_at_end_.c_str(), num_usable_cores());
 }
 
 Status EcTransferBench::write_json() const {
@@ -365,7 +316,7 @@ Status EcTransferBench::write_json() const {
   j["hidden_size"] = o_.hidden_size;
   j["num_images"] = o_.num_images;
   j["num_warmup"] = o_.num_warmup;
-  j["num_cores"] = num_cores();
+  j["num_cores"] = num_usable_cores();
   j["load_average_start"] = load_at_start_;
   j["load_average_end"] = load_at_end_;
   j["target_ratio"] = o_.target_ratio;
@@ -377,20 +328,20 @@ Status EcTransferBench::write_json() const {
     s["num_tokens"] = f.num_tokens;
     s["num_bytes"] = f.num_bytes;
     auto stats = [](const std::vector<double>& v) {
-      return Json{{"median", bench::median(v)},
-                  {"p99", bench::percentile(v, 99)},
+      return Json{{"median", median(v)},
+                  {"p99", percentile(v, 99)},
                   {"best", *std::min_element(v.begin(), v.end())},
                   {"samples", v}};
     };
     s["fetch_seconds"] = stats(f.fetch_s);
     s["memcpy_seconds"] = stats(f.memcpy_s);
     s["memcpy_fresh_seconds"] = stats(f.memcpy_fresh_s);
-    s["ratio_median_fresh"] = ratio(bench::median(f.fetch_s), bench::median(f.memcpy_fresh_s));
+    s["ratio_median_fresh"] = ratio(median(f.fetch_s), median(f.memcpy_fresh_s));
     s["publish_seconds"] = stats(f.publish_s);
     s["warmup_fetch_seconds"] = f.warmup_fetch_s;
-    s["fetch_gbps_median"] = gbps(f.num_bytes, bench::median(f.fetch_s));
-    s["memcpy_gbps_median"] = gbps(f.num_bytes, bench::median(f.memcpy_s));
-    double r = ratio(bench::median(f.fetch_s), bench::median(f.memcpy_s));
+    s["fetch_gbps_median"] = gbps(f.num_bytes, median(f.fetch_s));
+    s["memcpy_gbps_median"] = gbps(f.num_bytes, median(f.memcpy_s));
+    double r = ratio(median(f.fetch_s), median(f.memcpy_s));
     s["ratio_median"] = r;
     s["ratio_best"] = ratio(*std::min_element(f.fetch_s.begin(), f.fetch_s.end()),
                             *std::min_element(f.memcpy_s.begin(), f.memcpy_s.end()));
@@ -399,7 +350,7 @@ Status EcTransferBench::write_json() const {
   }
   j["shapes"] = shapes;
   j["fixed_fetch_seconds"] = {
-      {"median", bench::median(probe_.fetch_s)},
+      {"median", median(probe_.fetch_s)},
       {"best", *std::min_element(probe_.fetch_s.begin(), probe_.fetch_s.end())}};
   std::ofstream out(o_.json_path);
   out << j.dump(2) << "\n";
@@ -412,53 +363,48 @@ Status EcTransferBench::write_json() const {
 
 }  // namespace
 
-int bench_disagg_encode(const std::vector<std::string>& args) {
-  EcBenchOptions o;
-  FlagParser flags(
-      "crescent bench disagg --encode [--ec-transport shm|tcp|ucx] [--tokens 256,1196] "
-      "[--hidden-size 1536] [--num-images 50] [--json FILE]",
-      "The encoder split of EPD: one image's embeddings (--tokens x --hidden-size float32,\n"
-      "Qwen2-VL-2B's shapes by default) published into an EC producer's pool and fetched by\n"
-      "an EC consumer (each with its own transfer engine, in this process), --num-images\n"
-      "times per shape after --warmup images; per-image fetch latency (p50, p99, best), GB/s,\n"
-      "and its ratio to a memcpy of the same bytes timed in the same run (target for shm:\n"
-      "fetch <= 2x memcpy, on medians). Every fetched float is checked. For the encode, pull\n"
-      "and prefill times of real image requests, see `scripts/demo.sh epd` and\n"
-      "docs/epd_benchmark.md.");
-  flags.add("ec-transport", &o.ec_transport, "shm, tcp or ucx");
-  flags.add("tokens", &o.tokens, "image sizes, in embedding rows (merged tokens), comma-separated");
-  flags.add("hidden-size", &o.hidden_size, "floats per embedding row");
-  flags.add("num-images", &o.num_images, "measured images per shape");
-  flags.add("warmup", &o.num_warmup, "images per shape before measuring (the first connects)");
-  flags.add("target-ratio", &o.target_ratio, "shm target for fetch / memcpy (medians)");
-  flags.add("json", &o.json_path, "also write the figures to this JSON file");
-  if (int rc = flags.parse_or_exit_code(args); rc >= 0) {
-    return rc;
+Result<std::vector<int64_t>> parse_ec_bench_tokens(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > disagg::kMaxEcTokensPerImage) {
+      return invalid_argument("--tokens expects a comma-separated list of token counts (1.." +
+                              std::to_string(disagg::kMaxEcTokensPerImage) + "), got '" + text +
+                              "'");
+    }
+    out.push_back(v);
   }
-  std::string error;
-  if (o.ec_transport != "shm" && o.ec_transport != "tcp" && o.ec_transport != "ucx") {
-    error = "--ec-transport must be shm, tcp or ucx, got '" + o.ec_transport + "'";
-  } else if (o.hidden_size < 1 || o.hidden_size > disagg::kMaxEcHiddenSize) {
-    error = "--hidden-size must be 1.." + std::to_string(disagg::kMaxEcHiddenSize);
-  } else if (o.num_images < 1 || o.num_images > 100'000) {
-    error = "--num-images must be 1..100000";
-  } else if (o.num_warmup < 0 || o.num_warmup > 1000) {
-    error = "--warmup must be 0..1000";
-  } else if (!(o.target_ratio > 0)) {
-    error = "--target-ratio must be > 0";
-  } else if (auto t = parse_tokens(o.tokens); !t.is_ok()) {
-    error = t.status().message();
+  if (out.empty()) {
+    return invalid_argument("--tokens is empty");
   }
-  if (!error.empty()) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 2;
-  }
-  EcTransferBench bench(o);
-  if (Status s = bench.run(); !s.is_ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  return out;
 }
 
-}  // namespace crescent::apps
+Status validate_ec_bench_options(const EcBenchOptions& o) {
+  if (o.ec_transport != "shm" && o.ec_transport != "tcp" && o.ec_transport != "ucx") {
+    return invalid_argument("--ec-transport must be shm, tcp or ucx, got '" + o.ec_transport + "'");
+  }
+  if (o.hidden_size < 1 || o.hidden_size > disagg::kMaxEcHiddenSize) {
+    return invalid_argument("--hidden-size must be 1.." + std::to_string(disagg::kMaxEcHiddenSize));
+  }
+  if (o.num_images < 1 || o.num_images > 100'000) {
+    return invalid_argument("--num-images must be 1..100000");
+  }
+  if (o.num_warmup < 0 || o.num_warmup > 1000) {
+    return invalid_argument("--warmup must be 0..1000");
+  }
+  if (!(o.target_ratio > 0)) {
+    return invalid_argument("--target-ratio must be > 0");
+  }
+  return parse_ec_bench_tokens(o.tokens).status();
+}
+
+Status run_ec_bench(const EcBenchOptions& o) {
+  EcTransferBench bench(o);
+  return bench.run();
+}
+
+}  // namespace crescent::bench
