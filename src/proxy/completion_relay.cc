@@ -250,6 +250,10 @@ class CompletionRelay : public std::enable_shared_from_this<CompletionRelay> {
       return;
     }
     metrics_->count_upstream_error(UpstreamSide::kDecode);
+    const bool is_server_side_failure = !status.is_ok() || decode_status_ >= 500;
+    if (prefill_call_ && is_server_side_failure && plan_.on_prefill_abandoned) {
+      plan_.on_prefill_abandoned();
+    }
     cancel_prefill_locked();
     if (!status.is_ok() && status.code() == StatusCode::kUnavailable && decode_status_ == 0 &&
         plan_.on_decode_unreachable) {

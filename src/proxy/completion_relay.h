@@ -48,6 +48,11 @@ struct RelayPlan {
   std::function<void(const Status& why)> on_decode_unreachable;
   // The same for the prefill call.
   std::function<void(const Status& why)> on_prefill_unreachable;
+  // Runs when the decode call failed (no answer, or a 5xx) while the prefill call was still
+  // waiting, which the relay then cancels. The prefill may be what failed: a decode server
+  // that cannot pull KV from a dead prefill fails first, and the cancelled call never learns
+  // that the prefill is unreachable. The caller checks the prefill at once.
+  std::function<void()> on_prefill_abandoned;
 };
 
 // Starts the relay; returns at once. `upstream` and `metrics` must outlive every relay (the

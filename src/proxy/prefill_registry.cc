@@ -1,6 +1,8 @@
 #include "proxy/prefill_registry.h"
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -194,10 +196,30 @@ PrefillSpec PrefillRegistry::spec(int index) const {
   return entries_.at(static_cast<size_t>(index)).spec;
 }
 
-bool PrefillRegistry::sleep_ms(int64_t ms) {
+bool PrefillRegistry::sleep_ms(int index, int64_t ms) {
+  const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stopping_; });
+  // By index each time: add() may grow entries_ while this waits.
+  auto entry = [&]() -> Entry& { return entries_[static_cast<size_t>(index)]; };
+  auto is_gone = [&] { return stopping_ || !entry().is_member; };
+  cv_.wait_until(lock, start + std::chrono::milliseconds(std::min(ms, kMinRequestedPollGapMs)),
+                 is_gone);
+  cv_.wait_until(lock, start + std::chrono::milliseconds(ms),
+                 [&] { return is_gone() || entry().is_poll_requested; });
+  entry().is_poll_requested = false;
   return !stopping_;
+}
+
+void PrefillRegistry::poll_soon(int index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_.at(static_cast<size_t>(index));
+    if (!e.is_member || e.is_poll_requested) {
+      return;
+    }
+    e.is_poll_requested = true;
+  }
+  cv_.notify_all();
 }
 
 void PrefillRegistry::poll_loop(int index) {
@@ -299,7 +321,7 @@ void PrefillRegistry::poll_loop(int index) {
       }
       is_ready = e.is_ready;
     }
-    if (!sleep_ms(is_ready ? refresh_interval_ms_ : poll_interval_ms_)) {
+    if (!sleep_ms(index, is_ready ? refresh_interval_ms_ : poll_interval_ms_)) {
       return;  // stopping: has_poller stays set, so nothing starts another
     }
   }

@@ -94,6 +94,11 @@ class PrefillRegistry {
   // A call to prefill `index` got no answer at all (refused, reset, connect timeout): it is
   // down at once, as if its poll had failed, until its next poll (refresh interval) answers.
   void report_unreachable(int index, const std::string& why);
+  // Something suggests prefill `index` may be gone without proving it (a decode half failed
+  // while its prefill half was still waiting): its poller polls it now instead of at its next
+  // refresh, at most every kMinRequestedPollGapMs, and a failed poll takes it out as usual.
+  void poll_soon(int index);
+  static constexpr int64_t kMinRequestedPollGapMs = 100;
 
  private:
   struct Entry {
@@ -103,15 +108,18 @@ class PrefillRegistry {
     std::vector<std::string> engine_ids;  // by dp rank
     std::string waiting_for;
     bool is_member = true;
-    bool is_discovered = false;  // added by add(): readiness does not wait for it
-    bool has_poller = false;     // its poll_loop runs (or is about to)
+    bool is_poll_requested = false;  // poll_soon(): the poller's sleep ends early
+    bool is_discovered = false;      // added by add(): readiness does not wait for it
+    bool has_poller = false;         // its poll_loop runs (or is about to)
   };
   // Starts index's poller unless one runs. Under mu_.
   void start_poller_locked(int index);
   void poll_loop(int index);
   void rebuild_table_locked();
   // Sleeps up to ms; false when stopping.
-  bool sleep_ms(int64_t ms);
+  // Sleeps up to ms (less when poll_soon() asks, but at least kMinRequestedPollGapMs); false
+  // when stopping.
+  bool sleep_ms(int index, int64_t ms);
 
   const int64_t poll_interval_ms_;
   const int64_t refresh_interval_ms_;

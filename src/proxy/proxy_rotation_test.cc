@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -48,10 +50,12 @@ class ProxyRotationTest : public ::testing::Test {
       : prefill_(testing::prefill_handler()), bootstrap_(testing::bootstrap_handler({"e0"})) {}
 
   // decode_urls: the decode servers, in order. With a second prefill (prefill2_, bootstrap2_).
-  void start_proxy(const std::vector<std::string>& decode_urls, bool with_second_prefill = false) {
+  void start_proxy(const std::vector<std::string>& decode_urls, bool with_second_prefill = false,
+                   int64_t refresh_interval_ms = 2000) {
     ProxyOptions options;
     options.port = 0;
     options.poll_interval_ms = 20;
+    options.refresh_interval_ms = refresh_interval_ms;
     options.request_timeout_s = 30;
     PrefillSpec spec;
     spec.server = *parse_upstream_url(prefill_.url());
@@ -213,6 +217,69 @@ TEST_F(ProxyRotationTest, RequestsGoAroundADeadPrefill) {
   EXPECT_TRUE(prefill2_.wait_for_requests("/v1/completions", 9, kWaitMs))
       << "requests kept going to the prefill that refuses connections: "
       << prefill2_.requests_to("/v1/completions").size() << " of 10 went to the other";
+}
+
+// A decode server that fails with 502 once the prefill holds its half: what a decode server
+// does when it cannot pull the KV from its prefill.
+std::unique_ptr<FakeServer> make_failing_decode(FakeServer* prefill) {
+  auto server = std::make_unique<FakeServer>([](auto&&...) {}, 4);
+  FakeServer* raw = server.get();
+  server->set_handler([raw, prefill](const net::http::Request& r,
+                                     std::shared_ptr<net::http::ResponseWriter> w) {
+    if (r.path == "/health") {
+      return w->send(200, "application/json", "{}");
+    }
+    raw->spawn([prefill, w] {
+      prefill->wait_for_requests("/v1/completions", 1, kWaitMs);
+      w->send(502, "application/json",
+              R"({"error":{"message":"KV fetch failed: prefill engine e0 closed the connection",)"
+              R"("type":"BadGatewayError","param":null,"code":502}})");
+    });
+  });
+  return server;
+}
+
+// The prefill takes the request and never answers; /health answers 503 from then on when
+// `dies` (a killed prefill, as a proxy whose decode half fails first sees it), else 200.
+FakeServer::Handler stalling_prefill(bool dies) {
+  auto has_request = std::make_shared<std::atomic<bool>>(false);
+  return [has_request, dies](const net::http::Request& r,
+                             std::shared_ptr<net::http::ResponseWriter> w) {
+    if (r.path == "/health") {
+      return w->send(dies && has_request->load() ? 503 : 200, "application/json", "{}");
+    }
+    has_request->store(true);  // never answers
+  };
+}
+
+TEST_F(ProxyRotationTest, APrefillThatDiesUnderADecodeFailureLeavesTheRotationAtOnce) {
+  prefill_.set_handler(stalling_prefill(/*dies=*/true));
+  auto decode = make_failing_decode(&prefill_);
+  // A minute between refresh polls: only the check the failed request asks for can see it.
+  start_proxy({decode->url()}, false, /*refresh_interval_ms=*/60'000);
+  const std::string ready = "crescent_proxy_prefill_ready{prefill=\"" + prefill_.url() + "\"} ";
+  ASSERT_TRUE(contains(metrics(), ready + "1")) << metrics();
+  auto start = std::chrono::steady_clock::now();
+  auto r = post();
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 502) << r->body;
+  EXPECT_TRUE(eventually([&] { return contains(metrics(), ready + "0"); })) << metrics();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(ProxyRotationTest, AHealthyPrefillStaysInRotationAfterADecodeFailure) {
+  prefill_.set_handler(stalling_prefill(/*dies=*/false));
+  auto decode = make_failing_decode(&prefill_);
+  start_proxy({decode->url()}, false, /*refresh_interval_ms=*/60'000);
+  const size_t polls_before = prefill_.requests_to("/health").size();
+  auto r = post();
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->status, 502) << r->body;
+  // It was checked at once, answered, and is still in rotation.
+  EXPECT_TRUE(eventually([&] { return prefill_.requests_to("/health").size() > polls_before; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(
+      contains(metrics(), "crescent_proxy_prefill_ready{prefill=\"" + prefill_.url() + "\"} 1"));
 }
 
 }  // namespace

@@ -631,6 +631,7 @@ void ProxyServer::dispatch(const Completion& completion, const Json* ec_items,
   plan.on_prefill_unreachable = [this, index = pick.prefill_index](const Status& why) {
     registry_.report_unreachable(index, why.message());
   };
+  plan.on_prefill_abandoned = [this, index = pick.prefill_index] { registry_.poll_soon(index); };
   if (prefill_load_) {
     prefill_load_[pick.prefill_index].fetch_add(1);
     plan.on_prefill_ended = [this, index = pick.prefill_index] {
