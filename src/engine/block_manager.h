@@ -38,6 +38,7 @@ class BlockManager {
   BlockManager(int num_blocks, int block_size, bool enable_prefix_caching);
 
   int block_size() const { return block_size_; }
+  bool is_prefix_caching_enabled() const { return enable_prefix_caching_; }
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   int num_free_blocks() const;  // unreferenced, cached or not
   bool can_allocate(int num_blocks) const { return num_blocks <= num_free_blocks(); }

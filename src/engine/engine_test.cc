@@ -128,6 +128,36 @@ TEST(EngineTest, PrefixCacheHitEqualsMissAndIsCounted) {
   expect_same(got["c"], run_alone(c), "c");
 }
 
+// The choices of an n = 4 request arrive together: the prompt is computed once, the other
+// three take its full blocks from the prefix cache, and each choice equals itself run alone.
+TEST(EngineTest, ChoicesOfOnePromptComputeItOnce) {
+  FakeModelRunner runner(kVocab, 256, 4);
+  Engine engine(fake_options(), &runner);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(rng, 37);
+  std::vector<EngineRequest> choices;
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest r;
+    r.request_id = "cmpl/" + std::to_string(i);
+    r.prompt_token_ids = prompt;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 100 + i;
+    r.sampling.max_tokens = 6;
+    r.sampling.ignore_eos = true;
+    choices.push_back(r);
+    ASSERT_TRUE(engine.add_request(r).is_ok());
+  }
+  auto got = run_all(engine);
+  // 37 prompt tokens once, 1 for each other choice (its last prompt token), 5 decode steps each.
+  EXPECT_EQ(runner.num_tokens_computed(), 37 + 3 * 1 + 4 * 5);
+  EXPECT_EQ(engine.stats().prefix_cache_hits_tokens, 3 * 36);
+  for (const EngineRequest& r : choices) {
+    EXPECT_EQ(got[r.request_id].num_cached_tokens, r.request_id == "cmpl/0" ? 0 : 36);
+    expect_same(got[r.request_id], run_alone(r), r.request_id);
+  }
+  EXPECT_EQ(engine.stats().num_blocks_used, 0);
+}
+
 TEST(EngineTest, PreemptionAndRecomputeEqualsUninterrupted) {
   // 12 blocks of 4 tokens for 6 requests that each grow to 30 tokens: preemption is certain.
   FakeModelRunner runner(kVocab, 12, 4);

@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <span>
 
 #include "core/check.h"
 
@@ -99,14 +101,21 @@ ScheduleResult Scheduler::schedule() {
   }
 
   // New and preempted requests, oldest first; none while this step had to preempt (there is
-  // no room to spare), and none past a head that does not fit (no overtaking).
-  while (result.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size() + parked_.size()) < options_.max_num_seqs) {
-    Sequence* seq = waiting_.front();
+  // no room to spare), and none past a head that does not fit (no overtaking). A new request
+  // that waits for a running prefill of its prompt's prefix (waits_for_shared_prefill) is
+  // passed over for this step.
+  for (auto it = waiting_.begin();
+       result.preempted.empty() && budget > 0 && it != waiting_.end() &&
+       static_cast<int>(running_.size() + parked_.size()) < options_.max_num_seqs;) {
+    Sequence* seq = *it;
+    if (waits_for_shared_prefill(*seq)) {
+      ++it;
+      continue;
+    }
     if (!block_manager_->can_allocate_for_prompt(*seq)) {
       break;
     }
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     const int num_cached = block_manager_->allocate_for_prompt(*seq);
     if (!seq->has_been_scheduled) {
       seq->num_cached_tokens = num_cached;
@@ -126,6 +135,38 @@ ScheduleResult Scheduler::schedule() {
     schedule_seq(seq);
   }
   return result;
+}
+
+bool Scheduler::waits_for_shared_prefill(const Sequence& seq) const {
+  // Only a new text prompt: a preempted one has waited already, a remote prefill's KV does not
+  // come from here, and equal placeholder tokens of two images do not make equal K/V.
+  if (!block_manager_->is_prefix_caching_enabled() || seq.has_been_scheduled ||
+      seq.needs_remote_kv || !seq.mm_placeholders.empty()) {
+    return false;
+  }
+  const int block_size = block_manager_->block_size();
+  const std::span<const int32_t> prompt = seq.prompt_token_ids();
+  // Worth a wait: at least one block, and at least half of this prompt.
+  const size_t min_shared =
+      static_cast<size_t>(std::max<int>(block_size, (seq.num_prompt_tokens + 1) / 2));
+  for (const Sequence* other : running_) {
+    if (other->num_computed_tokens >= other->num_prompt_tokens || !other->mm_placeholders.empty()) {
+      continue;  // prefilled already (its blocks are cached), or not comparable
+    }
+    const std::span<const int32_t> theirs = other->prompt_token_ids();
+    const size_t n = std::min(prompt.size(), theirs.size());
+    const size_t common = static_cast<size_t>(
+        std::mismatch(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n),
+                      theirs.begin())
+            .first -
+        prompt.begin());
+    const size_t cacheable = common / static_cast<size_t>(block_size) * block_size;
+    // Worth it only while some of those blocks are still to be computed by `other`.
+    if (cacheable >= min_shared && static_cast<size_t>(other->num_computed_tokens) < cacheable) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Scheduler::on_computed(const ScheduleResult& result) {

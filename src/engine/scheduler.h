@@ -11,6 +11,11 @@
 // way, but unless the prefix cache already covers its prompt it is then parked
 // (kWaitingForRemoteKv): it holds its blocks, is never scheduled or preempted, and counts
 // toward max_num_seqs but not the token budget, until resume_after_remote_kv().
+// With prefix caching, a new request whose prompt shares at least half of itself (and at least
+// one full block) with a prompt still being prefilled waits until that prefill is done, and
+// then takes those blocks from the prefix cache instead of computing them again: the choices
+// of an n > 1 or best_of request, or a burst of one long prompt, compute their prompt once.
+// Requests behind a waiting one may go first.
 // It never sees a tensor. Not thread-safe.
 
 #include <deque>
@@ -70,6 +75,8 @@ class Scheduler {
   void preempt(Sequence* victim, ScheduleResult& result);
   Sequence* pick_victim() const;
   void insert_running(Sequence* seq);
+  // A new request that should wait for a running prefill of its prompt's prefix (see above).
+  bool waits_for_shared_prefill(const Sequence& seq) const;
 
   SchedulerOptions options_;
   BlockManager* block_manager_;
