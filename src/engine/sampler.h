@@ -50,12 +50,21 @@ class Sampler {
                                      std::span<const int32_t> masked_token_ids,
                                      std::span<const int32_t> allowed_token_ids);
   int32_t sample_random(std::span<const float> logits, const SamplingParams& params, Rng& rng);
+  // Draws from every token by its weight in vocab_weights_ (zeros never drawn); `total` is
+  // their sum.
+  int32_t draw_from_vocab(double total, Rng& rng);
   void fill_logprobs(std::span<const float> logits, int32_t chosen, int num_top,
                      TokenLogprobs* out);
 
   std::vector<float> adjusted_;  // the logits with logit_bias and the mask applied
   std::vector<int32_t> candidates_;
   std::vector<double> weights_;
+  // Without top_k: exp((logit - max) / T) of every token (0 below min_p), by the kernels'
+  // vector exp, and sums of kDrawChunk consecutive weights, to find a draw without a scan of
+  // the whole vocabulary.
+  std::vector<float> vocab_weights_;
+  std::vector<double> chunk_sums_;
+  static constexpr int32_t kDrawChunk = 1024;
 };
 
 }  // namespace crescent::engine

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <vector>
@@ -279,6 +281,96 @@ TEST(SamplerTest, LargeVocabularyTopKTopP) {
   EXPECT_TRUE(seen.count(777));
   for (int32_t t : seen) {
     EXPECT_TRUE(t == 777 || t == 5 || t == 150000) << t;
+  }
+}
+
+TEST(SamplerTest, LargeVocabularyTemperatureMatchesTheSoftmax) {
+  // Every token is a candidate (no top_k/top_p): the vector-exp path with chunked draws.
+  const int vocab = 151936;
+  std::vector<float> logits(vocab, -4.0f);
+  logits[10] = 3.0f;
+  logits[70000] = 2.5f;
+  logits[151935] = 2.0f;  // in the last, partial chunk
+  SamplingParams p;
+  p.temperature = 0.7f;
+  std::vector<double> weight(vocab);
+  double total = 0;
+  for (int i = 0; i < vocab; ++i) {
+    weight[i] = std::exp((static_cast<double>(logits[i]) - 3.0) / 0.7);
+    total += weight[i];
+  }
+  Sampler sampler;
+  Rng rng(11);
+  constexpr int kDraws = 20000;
+  std::map<int32_t, int> count;
+  int rest = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    int32_t t = sampler.sample(logits, p, rng, nullptr);
+    ASSERT_TRUE(t >= 0 && t < vocab) << t;
+    if (t == 10 || t == 70000 || t == 151935) {
+      ++count[t];
+    } else {
+      ++rest;
+    }
+  }
+  auto expect_near_share = [&](int observed, double prob, const char* what) {
+    const double sigma = std::sqrt(kDraws * prob * (1 - prob));
+    EXPECT_NEAR(observed, kDraws * prob, 4.5 * sigma) << what;
+  };
+  expect_near_share(count[10], weight[10] / total, "token 10");
+  expect_near_share(count[70000], weight[70000] / total, "token 70000");
+  expect_near_share(count[151935], weight[151935] / total, "token 151935");
+  expect_near_share(rest, 1 - (weight[10] + weight[70000] + weight[151935]) / total, "the rest");
+}
+
+TEST(SamplerTest, NanAndInfiniteLogitsAreNeverDrawn) {
+  std::vector<float> logits(5000, 0.0f);
+  for (int i = 0; i < 5000; i += 7) {
+    logits[i] = std::nanf("");
+  }
+  for (int i = 3; i < 5000; i += 11) {
+    logits[i] = -std::numeric_limits<float>::infinity();
+  }
+  SamplingParams p;
+  p.temperature = 1.0f;
+  for (int32_t t : sampled_set(logits, p, 3000)) {
+    EXPECT_FALSE(std::isnan(logits[t]) || std::isinf(logits[t])) << t;
+  }
+  // One finite token among -inf: always it.
+  std::vector<float> one(3000, -std::numeric_limits<float>::infinity());
+  one[1234] = -50.0f;
+  EXPECT_EQ(sampled_set(one, p, 50), (std::set<int32_t>{1234}));
+  // min_p on the vocabulary path: only tokens within its ratio of the best.
+  std::vector<float> head(200000, -20.0f);
+  head[3] = 0.0f;
+  head[199999] = std::log(0.5f);
+  p.min_p = 0.3f;
+  EXPECT_EQ(sampled_set(head, p, 400), (std::set<int32_t>{3, 199999}));
+}
+
+TEST(SamplerTest, LargeVocabularyLogprobsMatchADoubleReference) {
+  const int vocab = 151936;
+  std::vector<float> logits(vocab);
+  for (int i = 0; i < vocab; ++i) {
+    logits[i] = static_cast<float>(std::sin(i * 0.37) * 6.0);
+  }
+  double max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) {
+    sum += std::exp(static_cast<double>(l) - max_logit);
+  }
+  const double log_z = max_logit + std::log(sum);
+  Sampler sampler;
+  Rng rng(1);
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 3;
+  TokenLogprobs lp;
+  int32_t t = sampler.sample(logits, p, rng, &lp);
+  EXPECT_NEAR(lp.sampled.logprob, logits[t] - log_z, 2e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  for (const TokenLogprob& top : lp.top) {
+    EXPECT_NEAR(top.logprob, logits[top.token_id] - log_z, 2e-5);
   }
 }
 

@@ -68,6 +68,8 @@ struct KernelTable {
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   // x[i] = exp(x[i] * scale - shift) in place; returns the sum of the new x.
   float (*exp_sum)(float* x, int64_t n, float scale, float shift) = nullptr;
+  // The largest x[i], NaN ignored; -inf when there is none (n >= 0).
+  float (*max_value)(const float* x, int64_t n) = nullptr;
   // Register-only multiply-add loops for the peak baselines; return the flops done.
   double (*peak_fma_flops)(int64_t num_iters) = nullptr;
   double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/kernel_table.h"
 
@@ -341,6 +342,17 @@ float exp_sum(float* x, int64_t n, float scale, float shift) {
   return _mm512_reduce_add_ps(acc);
 }
 
+float max_value(const float* x, int64_t n) {
+  // MAX_PS(v, m) is m when v is NaN: a NaN never becomes the maximum.
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(std::min<int64_t>(16, n - i));
+    const __m512 v = _mm512_mask_loadu_ps(m, k, x + i);
+    m = _mm512_max_ps(v, m);
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
 double peak_fma_flops(int64_t num_iters) {
   constexpr int kChains = 12;
   __m512 acc[kChains];
@@ -376,6 +388,7 @@ void fill_avx512(KernelTable* t) {
   t->add_inplace = add_inplace;
   t->silu_mul = silu_mul;
   t->exp_sum = exp_sum;
+  t->max_value = max_value;
   t->peak_fma_flops = peak_fma_flops;
 }
 

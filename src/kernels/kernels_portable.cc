@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kernel_table.h"
 
@@ -86,7 +87,6 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
   }
 }
 
-
 // T: float, or uint16_t for bf16 (the bf16 KV cache).
 template <typename T>
 float dot(const float* a, const T* b, int64_t n) {
@@ -142,6 +142,14 @@ float exp_sum(float* x, int64_t n, float scale, float shift) {
   return sum;
 }
 
+float max_value(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;  // false for NaN
+  }
+  return m;
+}
+
 double peak_fma_flops(int64_t num_iters) {
   // Eight independent chains the compiler may vectorise only as far as the baseline ISA allows.
   float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -172,6 +180,7 @@ void fill_portable(KernelTable* t) {
   t->add_inplace = add_inplace;
   t->silu_mul = silu_mul;
   t->exp_sum = exp_sum;
+  t->max_value = max_value;
   t->peak_fma_flops = peak_fma_flops;
   t->peak_bf16_flops = nullptr;
 }

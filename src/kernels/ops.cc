@@ -166,6 +166,15 @@ void softmax_scaled(float* x, int64_t n, float scale) {
   internal::active_table().scale(1.0f / sum, x, n);
 }
 
+float exp_scaled(float* x, int64_t n, float scale, float shift) {
+  return n <= 0 ? 0.0f : internal::active_table().exp_sum(x, n, scale, shift);
+}
+
+float max_value(const float* x, int64_t n) {
+  return n <= 0 ? -std::numeric_limits<float>::infinity()
+                : internal::active_table().max_value(x, n);
+}
+
 float log_sum_exp(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i)

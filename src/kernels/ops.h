@@ -67,6 +67,12 @@ void softmax(float* x, int64_t n);
 // softmax(x * scale) in place (scale > 0), with the ISA's vector exp (~1 ulp): the attention
 // of the vision towers, whose rows are thousands long.
 void softmax_scaled(float* x, int64_t n, float scale);
+// x[i] = exp(x[i] * scale - shift) in place with the ISA's vector exp (~1 ulp); returns their
+// sum (accumulated in float lanes). Results below float's normal range, and -inf inputs,
+// become 0. The sampler's softmax over a whole vocabulary.
+float exp_scaled(float* x, int64_t n, float scale, float shift);
+// The largest x[i] with the ISA's vector max, NaN ignored; -inf when there is none.
+float max_value(const float* x, int64_t n);
 // log(sum(exp(x))), stable; -inf when every x is -inf.
 float log_sum_exp(const float* x, int64_t n);
 

@@ -209,6 +209,55 @@ TEST(SoftmaxScaledTest, EveryIsaMatchesDoubleReference) {
   EXPECT_EQ(masked[1], 1);
 }
 
+TEST(MaxValueTest, EveryIsaIgnoresNanAndHandlesTails) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {1, 5, 15, 16, 17, 100, 151936}) {
+    auto x = random_floats(n, static_cast<uint32_t>(n), -50, 50);
+    const int64_t at = n / 2;
+    x[at] = 77.0f;  // the maximum, in the middle (in the tail lanes for small n)
+    if (n > 3) {
+      x[0] = nan;
+      x[n - 1] = nan;
+    }
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      EXPECT_EQ(max_value(x.data(), n), 77.0f) << isa_name(isa) << " n " << n;
+    }
+  }
+  const std::vector<float> all_nan(20, nan);
+  const std::vector<float> all_minus_inf(20, -inf);
+  const std::vector<float> with_inf = {1, inf, 3};
+  for (Isa isa : available_isas()) {
+    ScopedIsa scoped(isa);
+    EXPECT_EQ(max_value(all_nan.data(), 20), -inf) << isa_name(isa);
+    EXPECT_EQ(max_value(all_minus_inf.data(), 20), -inf) << isa_name(isa);
+    EXPECT_EQ(max_value(with_inf.data(), 3), inf) << isa_name(isa);
+    EXPECT_EQ(max_value(with_inf.data(), 0), -inf) << isa_name(isa);
+  }
+}
+
+TEST(ExpScaledTest, EveryIsaMatchesDoubleReferenceAndZeroesMinusInf) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 16, 17, 1000}) {
+    auto x = random_floats(n, static_cast<uint32_t>(n) + 3, -30, 0);
+    x[0] = -inf;
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> got = x;
+      const float sum = exp_scaled(got.data(), n, 0.5f, 1.0f);
+      double want_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(x[i]) * 0.5 - 1.0);
+        want_sum += want;
+        ASSERT_NEAR(got[i], want, 1e-6 * want + 1e-30) << isa_name(isa) << " i " << i;
+      }
+      EXPECT_EQ(got[0], 0.0f) << isa_name(isa);
+      EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum) << isa_name(isa);
+    }
+  }
+}
+
 TEST(SamplingTest, ArgmaxSoftmaxLogSumExp) {
   const float x[] = {1, 5, -3, 5, 2};
   EXPECT_EQ(argmax(x, 5), 1);  // first of a tie
