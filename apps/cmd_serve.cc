@@ -82,6 +82,7 @@ struct ServeFlags {
   int64_t max_body_mb = 32;
   double drain_timeout_s = 30;
   bool enable_auto_tool_choice = false;
+  bool vllm_metric_names = false;
   std::string tool_call_parser;
   std::string api_key;
   std::string cluster;        // --cluster etcd://HOST:PORT/CLUSTER; "" publishes nothing
@@ -110,6 +111,11 @@ struct ServeFlags {
     flags.add("tool-call-parser", &tool_call_parser,
               "how tool calls are written in the model's output: hermes (Qwen2.5, Qwen3, "
               "Hermes) or llama3_json (Llama 3.1/3.2 JSON tool calling)");
+    flags.add("vllm-metric-names", &vllm_metric_names,
+              "also export /metrics under vLLM's names and labels (vllm:num_requests_running, "
+              "vllm:kv_cache_usage_perc, vllm:time_to_first_token_seconds, ...) for dashboards "
+              "and routers written for vLLM; promtool's lint flags the ':' in them, as it does on "
+              "vLLM's own /metrics");
     flags.add("api-key", &api_key,
               "clients must send 'Authorization: Bearer KEY' (compared in constant time; else "
               "401) on every path but /health, /metrics and /version, which stay open for health "
@@ -259,6 +265,7 @@ int run_serve(const std::vector<std::string>& args) {
                                 << 20;
   options.served_model_name = serve.served_model_name;
   options.enable_auto_tool_choice = serve.enable_auto_tool_choice;
+  options.vllm_metric_names = serve.vllm_metric_names;
   options.tool_call_parser = serve.tool_call_parser;
   options.api_key = serve.api_key;
   if (options.served_model_name.empty()) {

@@ -39,7 +39,7 @@ void ServerMetrics::observe_http_request(int status) {
 }
 
 std::string ServerMetrics::render(const std::string& model_name, const EngineMetrics& engine,
-                                  int num_in_flight) const {
+                                  int num_in_flight, bool vllm_names) const {
   std::string out;
   std::string label = "{model_name=\"" + model_name + "\"}";
   prometheus::SampleWriter w(&out, "", label);
@@ -121,7 +121,63 @@ std::string ServerMetrics::render(const std::string& model_name, const EngineMet
   append_header(&out, "crescent_e2e_request_latency_seconds", "histogram",
                 "Time from arrival to the last output token.");
   e2e_.render("crescent_e2e_request_latency_seconds", &out);
+  if (vllm_names) {
+    render_vllm_names_locked(model_name, engine, &out);
+  }
   return out;
+}
+
+void ServerMetrics::render_vllm_names_locked(const std::string& model_name,
+                                             const EngineMetrics& engine, std::string* out) const {
+  // The labels vLLM's V1 engine puts on each (engine: its index; one engine here).
+  const std::string labels = "model_name=\"" + model_name + "\",engine=\"0\"";
+  prometheus::SampleWriter w(out, "", "{" + labels + "}");
+  const double usage = engine.num_blocks_total > 0
+                           ? static_cast<double>(engine.num_blocks_used) / engine.num_blocks_total
+                           : 0.0;
+  w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+          engine.num_running);
+  w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+          engine.num_waiting);
+  w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+  w.gauge("vllm:gpu_cache_usage_perc",
+          "KV-cache usage, under vLLM's older name. 1 means 100 percent usage.", usage);
+  w.counter("vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            static_cast<double>(engine.prefix_cache_queries_tokens));
+  w.counter("vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            static_cast<double>(engine.prefix_cache_hits_tokens));
+  w.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+            static_cast<double>(engine.num_prompt_tokens_total));
+  w.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+            static_cast<double>(engine.num_generation_tokens_total));
+  w.counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.",
+            static_cast<double>(engine.num_preemptions_total));
+  append_header(out, "vllm:request_success_total", "counter",
+                "Count of successfully processed requests.");
+  for (const char* reason : {"stop", "length", "abort", "error"}) {
+    auto it = finished_by_reason_.find(reason);
+    *out += "vllm:request_success_total{" + labels + ",finished_reason=\"" + reason + "\"} " +
+            std::to_string(it == finished_by_reason_.end() ? 0 : it->second) + "\n";
+  }
+  const struct {
+    const char* name;
+    const char* help;
+    const prometheus::Histogram* histogram;
+  } histograms[] = {
+      {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &ttft_},
+      {"vllm:time_per_output_token_seconds",
+       "Histogram of time per output token in seconds (mean per request).", &tpot_},
+      {"vllm:request_time_per_output_token_seconds",
+       "Histogram of time_per_output_token_seconds per request.", &tpot_},
+      {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &itl_},
+      {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", &e2e_},
+  };
+  for (const auto& h : histograms) {
+    append_header(out, h.name, "histogram", h.help);
+    h.histogram->render(h.name, labels, out);
+  }
 }
 
 }  // namespace crescent::server

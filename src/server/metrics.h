@@ -30,10 +30,17 @@ class ServerMetrics {
   void observe_inter_token(double gap_s);
   void observe_http_request(int status);
 
-  std::string render(const std::string& model_name, const EngineMetrics& engine,
-                     int num_in_flight) const;
+  // crescent's metrics; with vllm_names, then the same quantities under vLLM's names and
+  // labels (vllm:..., docs/server.md), for dashboards and routers written for vLLM. promtool's
+  // lint flags a ':' in a name (it reserves them for recording rules), as it does on vLLM's own
+  // /metrics: without vllm_names the text is promtool-clean.
+  std::string render(const std::string& model_name, const EngineMetrics& engine, int num_in_flight,
+                     bool vllm_names = false) const;
 
  private:
+  void render_vllm_names_locked(const std::string& model_name, const EngineMetrics& engine,
+                                std::string* out) const;
+
   mutable std::mutex mu_;
   Histogram ttft_;
   Histogram tpot_;

@@ -29,7 +29,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   e.num_running = 2;
   e.num_blocks_total = 100;
   e.num_blocks_used = 25;
-  std::string text = m.render("tiny", e, 2);
+  std::string text = m.render("tiny", e, 2, /*vllm_names=*/true);
+  EXPECT_EQ(m.render("tiny", e, 2).find("vllm:"), std::string::npos) << "vLLM's names only asked";
   for (const char* name :
        {"crescent_num_requests_running", "crescent_num_requests_waiting",
         "crescent_kv_cache_usage_ratio", "crescent_prefix_cache_queries_total",
@@ -53,6 +54,22 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
             std::string::npos);
   EXPECT_NE(text.find("crescent_inter_token_latency_seconds_count 2\n"), std::string::npos);
   EXPECT_NE(text.find("crescent_kv_cache_blocks{model_name=\"tiny\"} 100\n"), std::string::npos);
+  // The same quantities under vLLM's names and labels.
+  const std::string vllm = "{model_name=\"tiny\",engine=\"0\"}";
+  for (const std::string& sample :
+       {"vllm:num_requests_running" + vllm + " 2\n", "vllm:kv_cache_usage_perc" + vllm + " 0.25\n",
+        "vllm:gpu_cache_usage_perc" + vllm + " 0.25\n", "vllm:num_requests_waiting" + vllm + " 0\n",
+        "vllm:prefix_cache_hits_total" + vllm + " 0\n",
+        std::string("vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_"
+                    "reason=\"length\"} 1\n"),
+        std::string(
+            "vllm:time_per_output_token_seconds_count{model_name=\"tiny\",engine=\"0\"} 1\n"),
+        std::string("vllm:inter_token_latency_seconds_count{model_name=\"tiny\",engine=\"0\"} 2\n"),
+        std::string("vllm:time_to_first_token_seconds_count{model_name=\"tiny\",engine=\"0\"} 1\n"),
+        std::string(
+            "vllm:e2e_request_latency_seconds_count{model_name=\"tiny\",engine=\"0\"} 1\n")}) {
+    EXPECT_NE(text.find(sample), std::string::npos) << sample << text;
+  }
   // Every sample line is "name{labels} value" or "name value"; as promtool checks, "_total"
   // ends a counter's name and no other's.
   std::istringstream lines(text);

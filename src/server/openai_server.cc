@@ -367,7 +367,7 @@ void OpenAiServer::handle(Request request, std::shared_ptr<ResponseWriter> write
     metrics_.observe_http_request(200);
     std::string text =
         metrics_.render(options_.served_model_name, engine ? engine->metrics() : EngineMetrics{},
-                        num_in_flight_.load());
+                        num_in_flight_.load(), options_.vllm_metric_names);
     if (is_encoder_ready_.load()) {
       encoder_->render_metrics(options_.served_model_name, &text);
     }

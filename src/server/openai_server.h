@@ -44,6 +44,8 @@ struct OpenAiServerOptions {
   // vLLM's --api-key: when set, every path but /health, /metrics and /version needs
   // `Authorization: Bearer <api_key>` (else 401); "" leaves the server open.
   std::string api_key;
+  // Also render /metrics under vLLM's names (`--vllm-metric-names`, ServerMetrics::render).
+  bool vllm_metric_names = false;
 };
 
 class OpenAiServer {
