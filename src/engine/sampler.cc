@@ -175,11 +175,14 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
   }
 
   const bool use_top_k = params.top_k > 0 && params.top_k < vocab;
-  if (!use_top_k) {
+  const auto scale = static_cast<float>(inv_temperature);
+  // The vector path needs a finite float shift: a row of lowest() logits (every allowed token
+  // masked, restrict_to) times 1/T < 1 overflows, and takes the double path instead.
+  const bool use_vector_exp = !use_top_k && std::isfinite(max_logit * scale);
+  if (use_vector_exp) {
     // Every token is a candidate: weigh them all at once with the vector exp (a scalar exp
     // per token cost ~1.5 ms a row on a 152k vocabulary, more than a small model's step).
     vocab_weights_.assign(logits.begin(), logits.end());
-    const auto scale = static_cast<float>(inv_temperature);
     kernels::exp_scaled(vocab_weights_.data(), vocab, scale, max_logit * scale);
     if (params.min_p > 0.0f) {
       for (int32_t i = 0; i < vocab; ++i) {
@@ -199,7 +202,8 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
       total += sum;
     }
     if (!(total > 0.0)) {
-      return argmax(logits);  // nothing finite to weigh (an infinite or NaN maximum)
+      rng.next_u64();         // the draw this row would have made: later draws stay where they were
+      return argmax(logits);  // nothing finite to weigh (an infinite maximum)
     }
     if (params.top_p >= 1.0f) {
       return draw_from_vocab(total, rng);
@@ -208,6 +212,13 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
     candidates_.clear();
     for (int32_t i = 0; i < vocab; ++i) {
       if (vocab_weights_[i] > 0.0f) {
+        candidates_.push_back(i);
+      }
+    }
+  } else if (!use_top_k) {
+    candidates_.clear();
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (logits[i] >= threshold) {
         candidates_.push_back(i);
       }
     }
@@ -226,8 +237,9 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
   CRESCENT_CHECK(!candidates_.empty()) << "no finite logits to sample from";
 
   auto weight_of = [&](int32_t id) {
-    return use_top_k ? std::exp((static_cast<double>(logits[id]) - max_logit) * inv_temperature)
-                     : static_cast<double>(vocab_weights_[id]);
+    return use_vector_exp
+               ? static_cast<double>(vocab_weights_[id])
+               : std::exp((static_cast<double>(logits[id]) - max_logit) * inv_temperature);
   };
 
   if (params.top_p < 1.0f) {

@@ -348,6 +348,25 @@ TEST(SamplerTest, NanAndInfiniteLogitsAreNeverDrawn) {
   EXPECT_EQ(sampled_set(head, p, 400), (std::set<int32_t>{3, 199999}));
 }
 
+TEST(SamplerTest, AllowedTokensThatAreAllMaskedAndMinusInfStillDrawAtRandom) {
+  // restrict_to() puts lowest() on them; times 1/T > 1 that overflows a float: the row takes
+  // the double path and draws uniformly among them.
+  std::vector<float> logits(5000, 1.0f);
+  const std::vector<int32_t> allowed = {3, 9, 4999};
+  for (int32_t id : allowed) {
+    logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  SamplingParams p;
+  p.temperature = 0.5f;
+  Sampler sampler;
+  Rng rng(3);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 300; ++i) {
+    seen.insert(sampler.sample(logits, p, rng, nullptr, /*masked_token_ids=*/allowed, allowed));
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{3, 9, 4999}));
+}
+
 TEST(SamplerTest, LargeVocabularyLogprobsMatchADoubleReference) {
   const int vocab = 151936;
   std::vector<float> logits(vocab);

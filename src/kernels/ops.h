@@ -68,8 +68,9 @@ void softmax(float* x, int64_t n);
 // of the vision towers, whose rows are thousands long.
 void softmax_scaled(float* x, int64_t n, float scale);
 // x[i] = exp(x[i] * scale - shift) in place with the ISA's vector exp (~1 ulp); returns their
-// sum (accumulated in float lanes). Results below float's normal range, and -inf inputs,
-// become 0. The sampler's softmax over a whole vocabulary.
+// sum (accumulated in float lanes). -inf inputs become 0 (and, on AVX-512, results below
+// float's normal range; the portable path may keep them as denormals). The sampler's softmax
+// over a whole vocabulary.
 float exp_scaled(float* x, int64_t n, float scale, float shift);
 // The largest x[i] with the ISA's vector max, NaN ignored; -inf when there is none.
 float max_value(const float* x, int64_t n);

@@ -148,7 +148,11 @@ int PrefillRegistry::add(PrefillSpec spec) {
         e.is_up = false;
         e.engine_ids.clear();
         e.waiting_for = "prefill " + e.spec.server.url + " (not polled yet)";
+        // Its old poller may still be asleep (remove() woke it, but it may not have run yet):
+        // it polls at once instead of after a whole refresh interval.
+        e.is_poll_requested = true;
         start_poller_locked(static_cast<int>(i));
+        cv_.notify_all();
       }
       return static_cast<int>(i);
     }

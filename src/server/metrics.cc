@@ -167,8 +167,9 @@ void ServerMetrics::render_vllm_names_locked(const std::string& model_name,
     const prometheus::Histogram* histogram;
   } histograms[] = {
       {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &ttft_},
+      // vLLM V1 observes this one per step (a deprecated alias of inter_token_latency).
       {"vllm:time_per_output_token_seconds",
-       "Histogram of time per output token in seconds (mean per request).", &tpot_},
+       "Histogram of time per output token in seconds (the inter-token latency).", &itl_},
       {"vllm:request_time_per_output_token_seconds",
        "Histogram of time_per_output_token_seconds per request.", &tpot_},
       {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &itl_},

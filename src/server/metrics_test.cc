@@ -62,8 +62,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
         "vllm:prefix_cache_hits_total" + vllm + " 0\n",
         std::string("vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_"
                     "reason=\"length\"} 1\n"),
-        std::string(
-            "vllm:time_per_output_token_seconds_count{model_name=\"tiny\",engine=\"0\"} 1\n"),
+        "vllm:time_per_output_token_seconds_count" + vllm + " 2\n",
+        "vllm:request_time_per_output_token_seconds_count" + vllm + " 1\n",
         std::string("vllm:inter_token_latency_seconds_count{model_name=\"tiny\",engine=\"0\"} 2\n"),
         std::string("vllm:time_to_first_token_seconds_count{model_name=\"tiny\",engine=\"0\"} 1\n"),
         std::string(

@@ -159,6 +159,7 @@ InterruptWatcher::~InterruptWatcher() {
 }
 
 void InterruptWatcher::watch() {
+  thread_id_.store(static_cast<pid_t>(::gettid()));
   timespec tick{0, 100'000'000};
   while (!is_done_.load()) {
     int sig = sigtimedwait(&signals_, nullptr, &tick);

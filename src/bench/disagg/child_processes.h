@@ -57,10 +57,11 @@ class ChildProcesses {
   std::vector<Child> children_;  // GUARDED_BY(mu_) (pid, exit_code)
 };
 
-// Takes SIGINT/SIGTERM on a thread of its own while it lives (they are blocked on every other
-// thread; children unblock them): the first one marks the run interrupted and sends SIGTERM to
-// the children, which ends any request or wait in flight. The old signal mask comes back at
-// destruction.
+// Takes SIGINT/SIGTERM on a thread of its own while it lives: they are blocked on the thread
+// that creates it (and so on the threads that one starts afterwards; children unblock them),
+// so a signal sent to the process lands here as long as no earlier thread leaves them open.
+// The first one marks the run interrupted and sends SIGTERM to the children, which ends any
+// request or wait in flight. The old signal mask comes back at destruction.
 class InterruptWatcher {
  public:
   explicit InterruptWatcher(ChildProcesses* children);
@@ -68,6 +69,8 @@ class InterruptWatcher {
   InterruptWatcher& operator=(const InterruptWatcher&) = delete;
   ~InterruptWatcher();
   [[nodiscard]] bool is_interrupted() const { return is_interrupted_.load(); }
+  // The watching thread's id once it runs (0 before): tests signal it alone (tgkill).
+  [[nodiscard]] pid_t thread_id() const { return thread_id_.load(); }
 
  private:
   void watch();
@@ -77,6 +80,7 @@ class InterruptWatcher {
   sigset_t old_mask_;
   std::atomic<bool> is_done_{false};
   std::atomic<bool> is_interrupted_{false};
+  std::atomic<pid_t> thread_id_{0};
   std::thread thread_;
 };
 

@@ -1,6 +1,7 @@
 #include "bench/disagg/child_processes.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,8 +100,13 @@ TEST_F(ChildProcessesTest, TheWatcherStopsTheChildrenOnSigterm) {
   {
     InterruptWatcher watcher(&c);
     EXPECT_FALSE(watcher.is_interrupted());
-    ::kill(::getpid(), SIGTERM);  // blocked here, taken by the watcher's thread
     Deadline deadline = Deadline::after_ms(10'000);
+    while (watcher.thread_id() == 0 && !deadline.is_expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // To the watcher's thread alone: another thread of this test binary (a transport's, from
+    // an earlier test in the same process) may leave SIGTERM open, and would die of it.
+    ASSERT_EQ(::syscall(SYS_tgkill, ::getpid(), watcher.thread_id(), SIGTERM), 0);
     while (!watcher.is_interrupted() && !deadline.is_expired()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
