@@ -9,6 +9,11 @@ namespace crescent {
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 
+// Seconds from t0 to now.
+inline double seconds_since(TimePoint t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();

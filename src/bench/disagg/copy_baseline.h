@@ -4,6 +4,7 @@
 // variants that show where a copy into shared memory pays for page faults.
 
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 
@@ -22,6 +23,12 @@ inline constexpr CopyKind kCopyKinds[] = {CopyKind::kTouched, CopyKind::kTouched
 // The report's row label and the JSON key of a kind.
 const char* copy_kind_name(CopyKind kind);
 const char* copy_kind_key(CopyKind kind);
+
+// The report's verdict on transfer / memcpy `ratio` against `target`, which applies to the shm
+// transport only: "target <= 2.0: PASS" (with `what` naming the figures compared, e.g.
+// "(bests) "), or "(the target <= 2.0 is for shm)".
+std::string shm_target_verdict(const std::string& transport, double ratio, double target,
+                               const std::string& what = "");
 
 // Seconds for one copy of num_bytes (> 0) from fresh, page-touched shared memory (like a KV
 // cache) into a destination prepared as `kind` says. Buffers are new each time, so nothing is

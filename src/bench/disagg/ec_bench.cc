@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/disagg/copy_baseline.h"
 #include "bench/disagg/host_info.h"
 #include "bench/metrics.h"
 #include "core/clock.h"
@@ -43,10 +44,6 @@ struct ShapeFigures {
   std::vector<double> memcpy_s;        // same source state and destination as the fetch
   std::vector<double> memcpy_fresh_s;  // bench disagg's KV baseline: fresh, touched buffers
 };
-
-double seconds_since(TimePoint t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The embedding values of image `seed`: every float differs, so a misplaced byte shows.
 float value(int seed, int64_t i) {
@@ -240,16 +237,6 @@ double ratio(double a, double b) {
   return b > 0 ? a / b : 0.0;
 }
 
-std::string verdict(const std::string& transport, double r, double target) {
-  char buf[64];
-  if (transport != "shm") {
-    std::snprintf(buf, sizeof(buf), "(the target <= %.1f is for shm)", target);
-  } else {
-    std::snprintf(buf, sizeof(buf), "target <= %.1f: %s", target, r <= target ? "PASS" : "MISS");
-  }
-  return buf;
-}
-
 void EcTransferBench::print_report() const {
   std::printf("\nEC transfer vs memcpy, per image, ms (%d images per shape):\n", o_.num_images);
   std::printf("  %-24s %-7s %9s %9s %9s %9s\n", "shape (tokens x hidden)", "", "p50", "p99", "best",
@@ -277,7 +264,7 @@ void EcTransferBench::print_report() const {
                           *std::min_element(f.memcpy_s.begin(), f.memcpy_s.end()));
     std::printf("  EC transfer / memcpy, %lld tokens: %.2f (medians), %.2f (bests)   %s\n",
                 static_cast<long long>(f.num_tokens), r_median, r_best,
-                verdict(o_.ec_transport, r_median, o_.target_ratio).c_str());
+                shm_target_verdict(o_.ec_transport, r_median, o_.target_ratio).c_str());
     std::printf("  EC transfer / memcpy*, %lld tokens: %.2f (medians)\n",
                 static_cast<long long>(f.num_tokens),
                 ratio(median(f.fetch_s), median(f.memcpy_fresh_s)));

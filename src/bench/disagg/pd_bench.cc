@@ -31,10 +31,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-double seconds_since(TimePoint t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 struct Endpoints {
   int prefill = -1, decode = -1, proxy = -1;  // child indexes
   int prefill_port = 0, decode_port = 0, proxy_port = 0, bootstrap_port = 0;

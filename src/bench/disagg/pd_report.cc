@@ -50,19 +50,6 @@ std::vector<double> column(const std::vector<PdRequestFigures>& figures,
   return v;
 }
 
-// The verdict compares bests: the fastest of each is the least disturbed by other work on a
-// shared machine (medians are printed beside them).
-std::string transport_target_text(const std::string& transport, double ratio, double target) {
-  char buf[64];
-  if (transport != "shm") {
-    std::snprintf(buf, sizeof(buf), "(the target <= %.1f is for shm)", target);
-  } else {
-    std::snprintf(buf, sizeof(buf), "target (bests) <= %.1f: %s", target,
-                  ratio <= target ? "PASS" : "MISS");
-  }
-  return buf;
-}
-
 double min_of(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
 }
@@ -142,7 +129,7 @@ void print_pd_report(const PdBenchOptions& o, const PdBenchResult& r, std::FILE*
   double median_ratio = median(base) > 0 ? median(transfer) / median(base) : 0;
   std::fprintf(out, "  transfer / memcpy: %.2f (bests), %.2f (medians)   %s\n", best_ratio,
                median_ratio,
-               transport_target_text(o.kv_transport, best_ratio, o.target_ratio).c_str());
+               shm_target_verdict(o.kv_transport, best_ratio, o.target_ratio, "(bests) ").c_str());
   std::fprintf(out, "  (memcpy: %d samples of each kind, fresh buffers, timed between requests)\n",
                static_cast<int>(base.size()));
   std::fprintf(out, "\nload average: %s at start, %s at end (%d cores)\n", r.load_at_start.c_str(),
