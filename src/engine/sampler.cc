@@ -182,25 +182,7 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
   if (use_vector_exp) {
     // Every token is a candidate: weigh them all at once with the vector exp (a scalar exp
     // per token cost ~1.5 ms a row on a 152k vocabulary, more than a small model's step).
-    vocab_weights_.assign(logits.begin(), logits.end());
-    kernels::exp_scaled(vocab_weights_.data(), vocab, scale, max_logit * scale);
-    if (params.min_p > 0.0f) {
-      for (int32_t i = 0; i < vocab; ++i) {
-        if (!(logits[i] >= threshold)) {
-          vocab_weights_[i] = 0.0f;
-        }
-      }
-    }
-    chunk_sums_.assign((static_cast<size_t>(vocab) + kDrawChunk - 1) / kDrawChunk, 0.0);
-    double total = 0.0;
-    for (size_t c = 0; c < chunk_sums_.size(); ++c) {
-      const size_t begin = c * kDrawChunk;
-      const size_t end = std::min<size_t>(begin + kDrawChunk, static_cast<size_t>(vocab));
-      // A NaN logit gets weight 0: it is never drawn.
-      const float sum = clamp_and_sum(vocab_weights_.data() + begin, end - begin);
-      chunk_sums_[c] = sum;
-      total += sum;
-    }
+    const double total = weigh_vocab(logits, scale, max_logit, threshold);
     if (!(total > 0.0)) {
       rng.next_u64();         // the draw this row would have made: later draws stay where they were
       return argmax(logits);  // nothing finite to weigh (an infinite maximum)
@@ -293,6 +275,30 @@ int32_t Sampler::sample_random(std::span<const float> logits, const SamplingPara
   return candidates_.back();
 }
 
+double Sampler::weigh_vocab(std::span<const float> logits, float scale, float max_logit,
+                            float threshold) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  vocab_weights_.assign(logits.begin(), logits.end());
+  kernels::exp_scaled(vocab_weights_.data(), vocab, scale, max_logit * scale);
+  if (threshold > -std::numeric_limits<float>::infinity()) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!(logits[i] >= threshold)) {
+        vocab_weights_[i] = 0.0f;
+      }
+    }
+  }
+  chunk_sums_.assign((logits.size() + kDrawChunk - 1) / kDrawChunk, 0.0);
+  double total = 0.0;
+  for (size_t c = 0; c < chunk_sums_.size(); ++c) {
+    const size_t begin = c * kDrawChunk;
+    const size_t end = std::min<size_t>(begin + kDrawChunk, logits.size());
+    // A NaN logit gets weight 0: it is never drawn.
+    chunk_sums_[c] = clamp_and_sum(vocab_weights_.data() + begin, end - begin);
+    total += chunk_sums_[c];
+  }
+  return total;
+}
+
 int32_t Sampler::draw_from_vocab(double total, Rng& rng) {
   const double u = rng.next_double() * total;
   double cumulative = 0.0;
@@ -332,15 +338,9 @@ void Sampler::fill_logprobs(std::span<const float> logits, int32_t chosen, int n
                             TokenLogprobs* out) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   const float max_logit = max_of(logits);
-  // The normaliser with the vector exp; summed in double by chunks for the accuracy that
-  // logprobs report (float lanes over 152k terms lose ~1e-5).
-  vocab_weights_.assign(logits.begin(), logits.end());
-  kernels::exp_scaled(vocab_weights_.data(), vocab, 1.0f, max_logit);
-  double sum = 0.0;
-  for (size_t begin = 0; begin < vocab_weights_.size(); begin += kDrawChunk) {
-    const size_t end = std::min(begin + kDrawChunk, vocab_weights_.size());
-    sum += clamp_and_sum(vocab_weights_.data() + begin, end - begin);
-  }
+  // The normaliser with the vector exp (summed in double by chunks: float lanes over 152k
+  // terms would lose ~1e-5 of the accuracy logprobs report).
+  const double sum = weigh_vocab(logits, 1.0f, max_logit, -std::numeric_limits<float>::infinity());
   const double log_z = static_cast<double>(max_logit) + std::log(sum);
   auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_z); };
 

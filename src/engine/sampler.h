@@ -50,6 +50,9 @@ class Sampler {
                                      std::span<const int32_t> masked_token_ids,
                                      std::span<const int32_t> allowed_token_ids);
   int32_t sample_random(std::span<const float> logits, const SamplingParams& params, Rng& rng);
+  // vocab_weights_ = exp((logit - max_logit) * scale) for every token, 0 for a NaN logit or one
+  // below `threshold`, and chunk_sums_ of them; returns their sum (0 when nothing has weight).
+  double weigh_vocab(std::span<const float> logits, float scale, float max_logit, float threshold);
   // Draws from every token by its weight in vocab_weights_ (zeros never drawn); `total` is
   // their sum.
   int32_t draw_from_vocab(double total, Rng& rng);
