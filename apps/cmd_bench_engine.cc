@@ -14,6 +14,7 @@
 #include "apps/command.h"
 #include "apps/flags.h"
 #include "apps/model_flags.h"
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 #include "media/image.h"
@@ -21,12 +22,6 @@
 
 namespace crescent::apps {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double seconds_since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len, int vocab) {
   // Avoid the special tokens at the top of real vocabularies.
@@ -64,7 +59,7 @@ Result<DecodeFigures> measure_decode(engine::Engine& eng, std::mt19937& rng, int
         ++num_with_first_token;
     }
   }
-  auto start = SteadyClock::now();
+  auto start = Clock::now();
   for (int s = 0; s < num_steps; ++s) {
     RETURN_IF_ERROR(eng.step().status());
   }
@@ -148,10 +143,10 @@ Status bench_vision(const engine::LoadedEngine& loaded, ThreadPool& pool, int re
     media::PixelPatches patches;
     std::vector<float> embeddings;
     for (int r = 0; r < reps + 1; ++r) {  // r == 0 warms up
-      auto start = SteadyClock::now();
+      auto start = Clock::now();
       ASSIGN_OR_RETURN(patches, media::preprocess_image(image, processor));
       const double preprocess_s = seconds_since(start);
-      start = SteadyClock::now();
+      start = Clock::now();
       RETURN_IF_ERROR(
           tower.encode(patches.values, patches.grid_t, patches.grid_h, patches.grid_w, embeddings));
       const double encode_s = seconds_since(start);
@@ -267,7 +262,7 @@ int run_bench_engine(const std::vector<std::string>& args) {
       std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
       return 1;
     }
-    auto start = SteadyClock::now();
+    auto start = Clock::now();
     while (eng.has_unfinished_requests()) {
       if (auto st = eng.step(); !st.is_ok()) {
         std::fprintf(stderr, "error: %s\n", st.status().to_string().c_str());
