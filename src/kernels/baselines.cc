@@ -46,11 +46,10 @@ double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes) {
   return static_cast<double>(num_bytes) / best_s / 1e9;
 }
 
-double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
-  const internal::KernelTable& table = internal::kernel_table(detected_isa());
-  auto fn = (format == WeightFormat::kBF16 && table.peak_bf16_flops != nullptr)
-                ? table.peak_bf16_flops
-                : table.peak_fma_flops;
+namespace {
+
+// Best of 3 runs of `fn` on every pool thread, in G(FL)OP/s.
+double measure_peak(ThreadPool& pool, double (*fn)(int64_t)) {
   const int n = pool.num_threads();
   constexpr int64_t kIters = int64_t{4} << 20;
   double best = 0;
@@ -65,6 +64,20 @@ double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
     best = std::max(best, total / s / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
+  const internal::KernelTable& table = internal::kernel_table(detected_isa());
+  return measure_peak(pool, (format == WeightFormat::kBF16 && table.peak_bf16_flops != nullptr)
+                                ? table.peak_bf16_flops
+                                : table.peak_fma_flops);
+}
+
+double measure_peak_int8_gops(ThreadPool& pool) {
+  const internal::KernelTable& table = internal::kernel_table(detected_isa());
+  return table.peak_int8_ops != nullptr ? measure_peak(pool, table.peak_int8_ops) : 0.0;
 }
 
 double measure_read_gbps(ThreadPool& pool, int64_t num_bytes) {

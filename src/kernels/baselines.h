@@ -22,4 +22,8 @@ double measure_read_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 2
 // AVX512-BF16, otherwise FP32 FMA at the widest width the CPU has. 2 flops per multiply-add.
 double measure_peak_gflops(ThreadPool& pool, WeightFormat format);
 
+// The same for int8 dot products (vpdpbusd, what the quantised GEMMs run on); 0 when the CPU
+// has no AVX512-VNNI. 2 ops per multiply-add.
+double measure_peak_int8_gops(ThreadPool& pool);
+
 }  // namespace crescent::kernels

@@ -102,14 +102,17 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
   const double memcpy_gbps = measure_memcpy_gbps(pool);
   const double peak_bf16 = measure_peak_gflops(pool, WeightFormat::kBF16);
   const double peak_f32 = measure_peak_gflops(pool, WeightFormat::kF32);
+  const double peak_int8 = measure_peak_int8_gops(pool);
   std::fprintf(out, "kernels benchmark: isa=%s (detected %s), %d threads\n",
                std::string(isa_name(active_isa())).c_str(),
                std::string(isa_name(detected_isa())).c_str(), o.num_threads);
   const double read_gbps = measure_read_gbps(pool, int64_t{256} << 20);
   std::fprintf(out, "baseline memcpy: %.1f GB/s (bytes read); read-only stream: %.1f GB/s\n",
                memcpy_gbps, read_gbps);
-  std::fprintf(out, "baseline peak: %.0f GFLOP/s (bf16 multiply-add), %.0f GFLOP/s (f32 FMA)\n\n",
-               peak_bf16, peak_f32);
+  std::fprintf(out,
+               "baseline peak: %.0f GFLOP/s (bf16 multiply-add), %.0f GFLOP/s (f32 FMA), %.0f "
+               "GOP/s (int8 vpdpbusd; 0 = no VNNI)\n\n",
+               peak_bf16, peak_f32, peak_int8);
 
   // --- Decode GEMV: one token through a stack of layers that does not fit in cache. ---
   std::fprintf(out, "decode GEMV (1 token), weights streamed from DRAM:\n");
@@ -119,7 +122,7 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
   std::vector<float> y(kVocab);
   constexpr WeightFormat kFormats[] = {WeightFormat::kBF16, WeightFormat::kQ8_0,
                                        WeightFormat::kQ4_K, WeightFormat::kQ6_K,
-                                       WeightFormat::kF32};
+                                       WeightFormat::kQ5_0, WeightFormat::kF32};
   for (WeightFormat format : kFormats) {
     std::vector<PackedWeight> stack;
     int64_t stack_bytes = 0;
@@ -167,18 +170,23 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
       const double sec =
           best_seconds(o.num_reps, [&] { matmul(xp.data(), nt, w, nullptr, yp.data(), pool); });
       const double gflops = 2.0 * nt * s.rows * s.cols / sec / 1e9;
-      // The quantised formats run on int8 dot products: no float peak applies, so no ratio is
-      // printed.
-      const double peak = format == WeightFormat::kBF16 ? peak_bf16 : peak_f32;
+      // The quantised formats run on int8 dot products (GOP/s against the vpdpbusd peak).
+      const bool quantised = format != WeightFormat::kBF16 && format != WeightFormat::kF32;
+      const double peak = quantised                       ? peak_int8
+                          : format == WeightFormat::kBF16 ? peak_bf16
+                                                          : peak_f32;
+      const char* peak_name = quantised                       ? " (of int8 peak)"
+                              : format == WeightFormat::kBF16 ? " (of bf16 peak)"
+                                                              : " (of f32 peak)";
       char name[64];
       std::snprintf(name, sizeof(name), "%s %lldx%lld %s", s.name, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols),
                     std::string(weight_format_name(format)).c_str());
-      if (format != WeightFormat::kBF16 && format != WeightFormat::kF32) {
+      if (peak <= 0) {
         std::fprintf(out, "  %-28s %10.3f %9.1f %10s\n", name, sec * 1e3, gflops, "-");
       } else {
         std::fprintf(out, "  %-28s %10.3f %9.1f %10.2f%s\n", name, sec * 1e3, gflops, gflops / peak,
-                     format == WeightFormat::kBF16 ? " (of bf16 peak)" : " (of f32 peak)");
+                     peak_name);
       }
     }
   }

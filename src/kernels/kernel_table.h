@@ -31,8 +31,14 @@ struct MatmulArgs {
   const int32_t* x_sum = nullptr;   // [num_tokens][padded_cols / 32] sum of the quants per block
   const BlockQ8K* x_q8k = nullptr;  // [num_tokens][padded_cols / 256] for K-quant weights
   RowDotFn row_dot = nullptr;       // ggml row formats
-  const float* bias = nullptr;      // [rows] or null
-  float* y = nullptr;               // [num_tokens][rows]
+  // The ggml GEMM (prefill) over xq: per token, the activation scale of each activation block
+  // (256 values for the K-quants' Q8_K, 32 for Q8_0: [num_tokens][padded_cols / block]) and the
+  // sum of the quants of each weight scale group ([num_tokens][padded_cols / group_size]).
+  const float* x_block_scale = nullptr;
+  const float* x_group_sum = nullptr;
+  int group_size = 0;
+  const float* bias = nullptr;  // [rows] or null
+  float* y = nullptr;           // [num_tokens][rows]
 };
 // Tokens per BF16 GEMM microkernel call (2 panels x 12 tokens = 24 zmm accumulators).
 constexpr int64_t kBf16GemmTokens = 12;
@@ -49,6 +55,8 @@ struct KernelTable {
   MatmulPanelsFn matmul_q8 = nullptr;      // Q8_0 weights x Q8_0 activations, int32 block dots
   // ggml block types (indexed by DType) x their activation partner, int32 block dots.
   RowDotFn row_dot[kNumDTypes] = {};
+  // ggml block types other than Q8_0, many tokens: panels unpacked once per call (gemm_ggml_*.cc).
+  MatmulPanelsFn gemm_ggml = nullptr;
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
   // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
@@ -73,6 +81,7 @@ struct KernelTable {
   // Register-only multiply-add loops for the peak baselines; return the flops done.
   double (*peak_fma_flops)(int64_t num_iters) = nullptr;
   double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16
+  double (*peak_int8_ops)(int64_t num_iters) = nullptr;    // vpdpbusd; null without VNNI
 };
 
 // A stored element as f32: the scalar tails of the kernels over f32 or bf16 (uint16_t) data.
@@ -91,6 +100,7 @@ void fill_avx512bf16(KernelTable* table);
 void fill_quant_portable(KernelTable* table);
 void fill_quant_avx2(KernelTable* table);
 void fill_quant_avx512vnni(KernelTable* table);
+void fill_gemm_ggml_avx512vnni(KernelTable* table);
 // The f16 / fp8_e4m3 / q8_0 KV loads of attention (kv_dot_<isa>.cc).
 void fill_kv_portable(KernelTable* table);
 void fill_kv_avx2(KernelTable* table);
@@ -100,6 +110,15 @@ const KernelTable& kernel_table(Isa isa);
 inline const KernelTable& active_table() {
   return kernel_table(active_isa());
 }
+
+// Values per scale group in the ggml GEMM's unpacked panels: the type's sub-block (16 for Q2_K,
+// Q3_K and Q6_K, 32 for Q4_K and Q5_K) or the legacy types' whole block of 32.
+constexpr int ggml_gemm_group_size(DType dtype) {
+  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
+}
+// Fewer tokens than this take the row dots: unpacking the panels costs about one pass over the
+// weight.
+constexpr int64_t kGgmlGemmMinTokens = 8;
 
 // Q8_0 activation quantisation (ggml's quantize_row_q8_0 with an f32 scale): n % 32 == 0.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);

@@ -115,6 +115,49 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   }
 }
 
+// The ggml GEMM's activations (MatmulArgs::x_block_scale, x_group_sum) from the row dots' form
+// in *args: flat int8 quants (copied out of the Q8_K blocks for the K-quants), the activation
+// block scales and the quant sums per weight scale group.
+void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& pool,
+                        MatmulArgs* args, std::vector<int8_t>* xq, std::vector<float>* block_scale,
+                        std::vector<float>* group_sum) {
+  const int group = internal::ggml_gemm_group_size(type);
+  const int64_t groups = kp / group;
+  group_sum->resize(num_tokens * groups);
+  const bool k_quant = args->x_q8k != nullptr;
+  const int64_t nb = kp / kQKBlockSize;
+  if (k_quant) {
+    xq->resize(num_tokens * kp);
+    block_scale->resize(num_tokens * nb);
+  }
+  pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* sum = group_sum->data() + t * groups;
+      if (k_quant) {
+        const int per_block = kQKBlockSize / group;
+        for (int64_t b = 0; b < nb; ++b) {
+          const BlockQ8K& blk = args->x_q8k[t * nb + b];
+          std::memcpy(xq->data() + t * kp + b * kQKBlockSize, blk.qs, kQKBlockSize);
+          (*block_scale)[t * nb + b] = blk.d;
+          for (int g = 0; g < per_block; ++g) {
+            int32_t s = 0;
+            for (int j = g * group / 16; j < (g + 1) * group / 16; ++j)
+              s += blk.bsums[j];
+            sum[b * per_block + g] = static_cast<float>(s);
+          }
+        }
+      } else {
+        for (int64_t g = 0; g < groups; ++g)
+          sum[g] = static_cast<float>(args->x_sum[t * groups + g]);
+      }
+    }
+  });
+  args->xq = xq->data();
+  args->x_block_scale = k_quant ? block_scale->data() : args->x_scale;
+  args->x_group_sum = group_sum->data();
+  args->group_size = group;
+}
+
 }  // namespace
 
 std::string_view weight_format_name(WeightFormat format) {
@@ -378,9 +421,15 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
       amax = std::max(amax, std::fabs(xb[i]));
     float d = amax / 127.0f;
     float id = d != 0 ? 1.0f / d : 0.0f;
+    // Round to nearest (ties to even) through the float mantissa, as ggml's nearest_int:
+    // exact for |v| <= 127, and a loop the compiler vectorises (std::lround is a libm call per
+    // value, which made quantising the activations a third of a Q5_0 prefill matmul).
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
-      int q = static_cast<int>(std::lround(xb[i] * id));
+      const float v = xb[i] * id + 12582912.0f;
+      int32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const int32_t q = (bits & 0x007fffff) - 0x00400000;
       quants[b * 32 + i] = static_cast<int8_t>(q);
       sum += q;
     }
@@ -411,6 +460,8 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
   std::vector<float> x_scale;
   std::vector<int32_t> x_sum;
   std::vector<BlockQ8K> x_q8k;
+  std::vector<float> x_block_scale;
+  std::vector<float> x_group_sum;
   auto pad_x = [&] {
     if (kp == cols) {
       args.x = x;
@@ -499,6 +550,10 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         args.x_sum = x_sum.data();
       }
       fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
+      if (table.gemm_ggml != nullptr && num_tokens >= internal::kGgmlGemmMinTokens) {
+        prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_sum);
+        fn = table.gemm_ggml;
+      }
       break;
     }
   }

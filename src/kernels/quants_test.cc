@@ -243,7 +243,9 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
     EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
     EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
     const std::vector<float> bias = random_floats(rows, 33);
-    for (int64_t num_tokens : {1, 3, 11}) {
+    // 1 and 3 tokens take the row dots; 10, 11 and 37 the GEMM where the CPU has VNNI (4-token
+    // tiles plus a tail of 2, 3 and 1).
+    for (int64_t num_tokens : {1, 3, 10, 11, 37}) {
       const std::vector<float> x = random_floats(num_tokens * cols, 34);
       std::vector<float> y(num_tokens * rows);
       for (Isa isa : available_isas()) {
