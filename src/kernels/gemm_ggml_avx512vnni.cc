@@ -9,9 +9,11 @@
 // which is bound by reading those bytes, keeps the row dots on the stored blocks. Unpacking per
 // matmul costs about one pass over the weight, small next to 16+ tokens of multiply-adds.
 //
-// Arithmetic: a weight value is scale[g] * u + offset[g] (u the unsigned quant, g its group of
-// 16 or 32 values); with the activation x = dx[g] * q, a group contributes
-// scale * dx * sum(u * q) + offset * dx * sum(q), the first sum exact in int32.
+// Arithmetic: a weight value is scale[g] * (u - bias) + offset[g] (u the quant made unsigned by
+// the type's bias, g its group of 16 or 32 values); with the activation x = dx * q (dx per
+// activation block), a group contributes dx * (scale * sum((u - bias) * q) + offset * sum(q)),
+// the first sum exact in int32, the offset term only for the types with a min (Q4_1, Q5_1,
+// Q2_K, Q4_K, Q5_K).
 
 #include <immintrin.h>
 
@@ -88,7 +90,7 @@ void unpack_legacy_row(const Block* blocks, int64_t num_blocks, int row, const U
       u[i] = static_cast<uint8_t>(q[i] + kBias);
     store_row_quants(u, 32, b * 32, row, out.quants);
     out.scale[b * kR + row] = s.d;
-    out.offset[b * kR + row] = s.m - s.d * static_cast<float>(kBias);
+    out.offset[b * kR + row] = s.m;
   }
 }
 
@@ -108,7 +110,7 @@ void unpack_k_row(const Block* blocks, int64_t num_blocks, int row, const Unpack
       const int64_t gi = (b * s.num_groups + g) * kR + row;
       const float scale = s.d * static_cast<float>(s.scale[g]);
       out.scale[gi] = scale;
-      out.offset[gi] = -s.dmin * static_cast<float>(s.min[g]) - scale * static_cast<float>(kBias);
+      out.offset[gi] = -s.dmin * static_cast<float>(s.min[g]);
     }
   }
 }
@@ -141,7 +143,7 @@ void unpack_panel(const PackedWeight& w, int64_t panel, int group_size, UnpackRo
 
 // P panels x T tokens over the whole K: int32 group dots, scaled and offset per group into an
 // f32 sum per activation block (A values), which its activation scale then adds to the total.
-template <int S, int A, int P, int T>
+template <int S, int A, int kBias, bool kHasMin, int P, int T>
 void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, int64_t t0) {
   constexpr int kGroupsPerBlock = A / S;
   const int64_t kp = a.w->padded_cols();
@@ -149,7 +151,7 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
   const int64_t rows = a.w->rows();
   const int8_t* xq[T];
   const float* dx[T];
-  const float* xs[T];
+  const int32_t* xs[T];
   __m512 acc[P][T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
@@ -170,11 +172,13 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
     }
     for (int64_t g = blk * kGroupsPerBlock; g < (blk + 1) * kGroupsPerBlock; ++g) {
       __m512i dot[P][T];
-#pragma GCC unroll 2
-      for (int i = 0; i < P; ++i) {
+      // The quants are stored as u = q + kBias: starting at -kBias * sum(x) leaves sum(q * x).
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-          dot[i][t] = _mm512_setzero_si512();
+      for (int t = 0; t < T; ++t) {
+        const __m512i start = _mm512_set1_epi32(-kBias * xs[t][g]);
+#pragma GCC unroll 2
+        for (int i = 0; i < P; ++i)
+          dot[i][t] = start;
       }
 #pragma GCC unroll 8
       for (int k = 0; k < S / 4; ++k) {
@@ -195,11 +199,16 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
 #pragma GCC unroll 2
       for (int i = 0; i < P; ++i) {
         const __m512 sc = _mm512_load_ps(pan[i].scale + g * kR);
-        const __m512 off = _mm512_load_ps(pan[i].offset + g * kR);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
+        for (int t = 0; t < T; ++t)
           bsum[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][t]), sc, bsum[i][t]);
-          bsum[i][t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t][g]), off, bsum[i][t]);
+        if constexpr (kHasMin) {
+          const __m512 off = _mm512_load_ps(pan[i].offset + g * kR);
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            bsum[i][t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(xs[t][g])), off, bsum[i][t]);
+          }
         }
       }
     }
@@ -222,20 +231,20 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
   }
 }
 
-template <int S, int A, int P>
+template <int S, int A, int kBias, bool kHasMin, int P>
 void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) {
   int64_t t0 = 0;
   for (; t0 + kTileTokens <= a.num_tokens; t0 += kTileTokens)
-    gemm_tile<S, A, P, kTileTokens>(a, pan, panel0, t0);
+    gemm_tile<S, A, kBias, kHasMin, P, kTileTokens>(a, pan, panel0, t0);
   switch (a.num_tokens - t0) {
     case 3:
-      gemm_tile<S, A, P, 3>(a, pan, panel0, t0);
+      gemm_tile<S, A, kBias, kHasMin, P, 3>(a, pan, panel0, t0);
       break;
     case 2:
-      gemm_tile<S, A, P, 2>(a, pan, panel0, t0);
+      gemm_tile<S, A, kBias, kHasMin, P, 2>(a, pan, panel0, t0);
       break;
     case 1:
-      gemm_tile<S, A, P, 1>(a, pan, panel0, t0);
+      gemm_tile<S, A, kBias, kHasMin, P, 1>(a, pan, panel0, t0);
       break;
     default:
       break;
@@ -243,7 +252,7 @@ void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) 
 }
 
 // S values per weight scale group, A per activation block.
-template <int S, int A>
+template <int S, int A, int kBias, bool kHasMin>
 void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack) {
   thread_local Scratch scratch;
   scratch.reserve(a.w->padded_cols(), S);
@@ -253,9 +262,9 @@ void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack
     unpack_panel(*a.w, p, S, unpack, pan[0]);
     if (two) {
       unpack_panel(*a.w, p + 1, S, unpack, pan[1]);
-      gemm_tokens<S, A, 2>(a, pan, p);
+      gemm_tokens<S, A, kBias, kHasMin, 2>(a, pan, p);
     } else {
-      gemm_tokens<S, A, 1>(a, pan, p);
+      gemm_tokens<S, A, kBias, kHasMin, 1>(a, pan, p);
     }
   }
 }
@@ -264,23 +273,23 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
   CRESCENT_CHECK(a.group_size == ggml_gemm_group_size(*ggml_row_dtype(a.w->format())));
   switch (*ggml_row_dtype(a.w->format())) {
     case DType::kQ4_0:
-      return gemm_panels<32, 32>(a, pb, pe, unpack_row<BlockQ4_0, 8, false>);
+      return gemm_panels<32, 32, 8, false>(a, pb, pe, unpack_row<BlockQ4_0, 8, false>);
     case DType::kQ4_1:
-      return gemm_panels<32, 32>(a, pb, pe, unpack_row<BlockQ4_1, 0, false>);
+      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ4_1, 0, false>);
     case DType::kQ5_0:
-      return gemm_panels<32, 32>(a, pb, pe, unpack_row<BlockQ5_0, 16, false>);
+      return gemm_panels<32, 32, 16, false>(a, pb, pe, unpack_row<BlockQ5_0, 16, false>);
     case DType::kQ5_1:
-      return gemm_panels<32, 32>(a, pb, pe, unpack_row<BlockQ5_1, 0, false>);
+      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ5_1, 0, false>);
     case DType::kQ2_K:
-      return gemm_panels<16, kQKBlockSize>(a, pb, pe, unpack_row<BlockQ2_K, 0, true>);
+      return gemm_panels<16, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ2_K, 0, true>);
     case DType::kQ3_K:
-      return gemm_panels<16, kQKBlockSize>(a, pb, pe, unpack_row<BlockQ3_K, 4, true>);
+      return gemm_panels<16, kQKBlockSize, 4, false>(a, pb, pe, unpack_row<BlockQ3_K, 4, true>);
     case DType::kQ4_K:
-      return gemm_panels<32, kQKBlockSize>(a, pb, pe, unpack_row<BlockQ4_K, 0, true>);
+      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ4_K, 0, true>);
     case DType::kQ5_K:
-      return gemm_panels<32, kQKBlockSize>(a, pb, pe, unpack_row<BlockQ5_K, 0, true>);
+      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ5_K, 0, true>);
     case DType::kQ6_K:
-      return gemm_panels<16, kQKBlockSize>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>);
+      return gemm_panels<16, kQKBlockSize, 32, false>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>);
     default:
       CRESCENT_CHECK(false) << "no ggml GEMM for " << weight_format_name(a.w->format());
   }

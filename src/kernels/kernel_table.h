@@ -35,7 +35,7 @@ struct MatmulArgs {
   // (256 values for the K-quants' Q8_K, 32 for Q8_0: [num_tokens][padded_cols / block]) and the
   // sum of the quants of each weight scale group ([num_tokens][padded_cols / group_size]).
   const float* x_block_scale = nullptr;
-  const float* x_group_sum = nullptr;
+  const int32_t* x_group_sum = nullptr;
   int group_size = 0;
   const float* bias = nullptr;  // [rows] or null
   float* y = nullptr;           // [num_tokens][rows]

@@ -120,7 +120,7 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
 // block scales and the quant sums per weight scale group.
 void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& pool,
                         MatmulArgs* args, std::vector<int8_t>* xq, std::vector<float>* block_scale,
-                        std::vector<float>* group_sum) {
+                        std::vector<int32_t>* group_sum) {
   const int group = internal::ggml_gemm_group_size(type);
   const int64_t groups = kp / group;
   group_sum->resize(num_tokens * groups);
@@ -132,7 +132,7 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
   }
   pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      float* sum = group_sum->data() + t * groups;
+      int32_t* sum = group_sum->data() + t * groups;
       if (k_quant) {
         const int per_block = kQKBlockSize / group;
         for (int64_t b = 0; b < nb; ++b) {
@@ -143,12 +143,11 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
             int32_t s = 0;
             for (int j = g * group / 16; j < (g + 1) * group / 16; ++j)
               s += blk.bsums[j];
-            sum[b * per_block + g] = static_cast<float>(s);
+            sum[b * per_block + g] = s;
           }
         }
       } else {
-        for (int64_t g = 0; g < groups; ++g)
-          sum[g] = static_cast<float>(args->x_sum[t * groups + g]);
+        std::memcpy(sum, args->x_sum + t * groups, groups * sizeof(int32_t));
       }
     }
   });
@@ -461,7 +460,7 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
   std::vector<int32_t> x_sum;
   std::vector<BlockQ8K> x_q8k;
   std::vector<float> x_block_scale;
-  std::vector<float> x_group_sum;
+  std::vector<int32_t> x_group_sum;
   auto pad_x = [&] {
     if (kp == cols) {
       args.x = x;
