@@ -48,7 +48,8 @@ struct FreeDeleter {
 class Scratch {
  public:
   void reserve(int64_t padded_cols, int group_size) {
-    const int64_t quant_bytes = padded_cols * kR;
+    // The transposes write whole runs of 64 columns (a legacy type's last run may be 32).
+    const int64_t quant_bytes = (padded_cols + 63) / 64 * 64 * kR;
     const int64_t param_bytes = padded_cols / group_size * kR * static_cast<int64_t>(sizeof(float));
     const int64_t panel_bytes = quant_bytes + 2 * param_bytes;
     if (2 * panel_bytes > capacity_) {
@@ -72,58 +73,180 @@ class Scratch {
   UnpackedPanel panels_[2];
 };
 
-// Writes the 4-value runs of one row's `n` u8 quants (k0 = the first column) into the panel.
-inline void store_row_quants(const uint8_t* u, int n, int64_t k0, int row, uint8_t* quants) {
-  for (int k = 0; k < n; k += 4)
-    std::memcpy(quants + (k0 + k) / 4 * (4 * kR) + row * 4, u + k, 4);
+// Up to 256 columns of the 16 rows, row-major, before they are interleaved into the panel.
+constexpr int kTileCols = kQKBlockSize;
+using RowTile = uint8_t[kR][kTileCols];
+
+// The 32 quants of a legacy block made unsigned (q + bias, which is the stored 4 or 5 bits).
+template <typename Block>
+inline void legacy_block_u8(const Block& b, uint8_t* u) {
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  __m256i v =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
+  if constexpr (requires { b.qh; }) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);  // bit j is bit 4 of value j
+    v = _mm256_or_si256(v, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), v);
 }
 
 // The legacy types (32 values per block, one group): w = d * q + m with q signed for Q4_0 / Q5_0
 // (bias 8 / 16 makes it unsigned).
+template <typename Block>
+void unpack_legacy_row(const Block* blocks, int64_t b0, int64_t b1, int row, uint8_t* u,
+                       const UnpackedPanel& out) {
+  for (int64_t b = b0; b < b1; ++b, u += 32) {
+    legacy_block_u8(blocks[b], u);
+    out.scale[b * kR + row] = _cvtsh_ss(blocks[b].d);
+    if constexpr (requires { blocks[b].m; }) {
+      out.offset[b * kR + row] = _cvtsh_ss(blocks[b].m);
+    } else {
+      out.offset[b * kR + row] = 0.0f;
+    }
+  }
+}
+
+inline __m256i load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline void store256(uint8_t* p, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+}
+// Bit `bit` of every byte of h moved to bit 4 (other bits cleared).
+inline __m256i bit_to_4(__m256i h, int bit) {
+  const __m256i moved = bit <= 4 ? _mm256_slli_epi16(h, 4 - bit) : _mm256_srli_epi16(h, bit - 4);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+// A K-quant block's 256 quants made unsigned (q + bias) and its group scales: vector code for the
+// types llama-quantize's _M mixes use most (Q4_K, Q5_K, Q6_K), quant_unpack.h's scalar unpacker
+// for the others.
 template <typename Block, int kBias>
-void unpack_legacy_row(const Block* blocks, int64_t num_blocks, int row, const UnpackedPanel& out) {
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    int8_t q[32];
-    const LegacyScale s = unpack_legacy(blocks[b], q);
-    uint8_t u[32];
-    for (int i = 0; i < 32; ++i)
-      u[i] = static_cast<uint8_t>(q[i] + kBias);
-    store_row_quants(u, 32, b * 32, row, out.quants);
-    out.scale[b * kR + row] = s.d;
-    out.offset[b * kR + row] = s.m;
+inline void k_block_u8(const Block& b, uint8_t* u, KScales* s) {
+  int8_t q[kQKBlockSize];
+  unpack_k(b, q, s);
+  for (int i = 0; i < kQKBlockSize; ++i)
+    u[i] = static_cast<uint8_t>(q[i] + kBias);
+}
+
+template <typename Block>
+inline void k4_scales(const Block& b, KScales* s) {
+  s->d = _cvtsh_ss(b.d);
+  s->dmin = _cvtsh_ss(b.dmin);
+  s->num_groups = 8;
+  for (int j = 0; j < 8; ++j)
+    get_scale_min_k4(j, b.scales, &s->scale[j], &s->min[j]);
+}
+
+template <>
+inline void k_block_u8<BlockQ4_K, 0>(const BlockQ4_K& b, uint8_t* u, KScales* s) {
+  k4_scales(b, s);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i q = load256(b.qs + 32 * k);
+    store256(u + 64 * k, _mm256_and_si256(q, nibble));
+    store256(u + 64 * k + 32, _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble));
+  }
+}
+
+template <>
+inline void k_block_u8<BlockQ5_K, 0>(const BlockQ5_K& b, uint8_t* u, KScales* s) {
+  k4_scales(b, s);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i h = load256(b.qh);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i q = load256(b.qs + 32 * k);
+    store256(u + 64 * k, _mm256_or_si256(_mm256_and_si256(q, nibble), bit_to_4(h, 2 * k)));
+    store256(u + 64 * k + 32, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibble),
+                                              bit_to_4(h, 2 * k + 1)));
+  }
+}
+
+template <>
+inline void k_block_u8<BlockQ6_K, 32>(const BlockQ6_K& b, uint8_t* u, KScales* s) {
+  s->d = _cvtsh_ss(b.d);
+  s->dmin = 0;
+  s->num_groups = 16;
+  for (int g = 0; g < 16; ++g) {
+    s->scale[g] = b.scales[g];
+    s->min[g] = 0;
+  }
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i two = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i a = load256(b.ql + 64 * h);
+    const __m256i c = load256(b.ql + 64 * h + 32);
+    const __m256i hi = load256(b.qh + 32 * h);
+    uint8_t* y = u + 128 * h;
+    // Value l: low nibble of ql[l], bits 0-1 of qh[l]; l + 32: ql[l + 32], bits 2-3; l + 64:
+    // high nibble of ql[l], bits 4-5; l + 96: high nibble of ql[l + 32], bits 6-7.
+    store256(y, _mm256_or_si256(_mm256_and_si256(a, nibble),
+                                _mm256_and_si256(_mm256_slli_epi16(hi, 4), two)));
+    store256(y + 32, _mm256_or_si256(_mm256_and_si256(c, nibble),
+                                     _mm256_and_si256(_mm256_slli_epi16(hi, 2), two)));
+    store256(y + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), nibble),
+                                     _mm256_and_si256(hi, two)));
+    store256(y + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), nibble),
+                                     _mm256_and_si256(_mm256_srli_epi16(hi, 2), two)));
   }
 }
 
 // The K-quants (256 values, 8 groups of 32 or 16 of 16): w = d * scale[g] * q - dmin * min[g],
 // q signed for Q6_K / Q3_K (bias 32 / 4).
 template <typename Block, int kBias>
-void unpack_k_row(const Block* blocks, int64_t num_blocks, int row, const UnpackedPanel& out) {
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    int8_t q[kQKBlockSize];
-    KScales s;
-    unpack_k(blocks[b], q, &s);
-    uint8_t u[kQKBlockSize];
-    for (int i = 0; i < kQKBlockSize; ++i)
-      u[i] = static_cast<uint8_t>(q[i] + kBias);
-    store_row_quants(u, kQKBlockSize, b * kQKBlockSize, row, out.quants);
-    for (int g = 0; g < s.num_groups; ++g) {
-      const int64_t gi = (b * s.num_groups + g) * kR + row;
-      const float scale = s.d * static_cast<float>(s.scale[g]);
-      out.scale[gi] = scale;
-      out.offset[gi] = -s.dmin * static_cast<float>(s.min[g]);
-    }
+void unpack_k_row(const Block* blocks, int64_t b, int row, uint8_t* u, const UnpackedPanel& out) {
+  KScales s;
+  k_block_u8<Block, kBias>(blocks[b], u, &s);
+  for (int g = 0; g < s.num_groups; ++g) {
+    const int64_t gi = (b * s.num_groups + g) * kR + row;
+    out.scale[gi] = s.d * static_cast<float>(s.scale[g]);
+    out.offset[gi] = -s.dmin * static_cast<float>(s.min[g]);
   }
 }
 
-using UnpackRowFn = void (*)(const void* row, int64_t padded_cols, int r, const UnpackedPanel&);
+// Columns [k0, k1) of row r (k0 a multiple of 256, k1 - k0 <= 256) as u8 quants at u, and the
+// row's scales and offsets of those columns.
+using UnpackRowFn = void (*)(const void* row, int64_t k0, int64_t k1, int r, uint8_t* u,
+                             const UnpackedPanel&);
 
 template <typename Block, int kBias, bool kK>
-void unpack_row(const void* row, int64_t padded_cols, int r, const UnpackedPanel& out) {
+void unpack_row(const void* row, int64_t k0, int64_t k1, int r, uint8_t* u,
+                const UnpackedPanel& out) {
   const auto* blocks = static_cast<const Block*>(row);
   if constexpr (kK) {
-    unpack_k_row<Block, kBias>(blocks, padded_cols / kQKBlockSize, r, out);
+    unpack_k_row<Block, kBias>(blocks, k0 / kQKBlockSize, r, u, out);
   } else {
-    unpack_legacy_row<Block, kBias>(blocks, padded_cols / 32, r, out);
+    unpack_legacy_row<Block>(blocks, k0 / 32, k1 / 32, r, u, out);
+  }
+}
+
+// 64 columns of the tile's 16 rows (row stride kTileCols) into the panel order: 16 vectors, the
+// j-th holding columns 4j..4j+3 of every row (a 16 x 16 transpose of int32s).
+inline void transpose_into_panel(const uint8_t* src, uint8_t* dst) {
+  __m512i u[4][4];
+  for (int g = 0; g < 4; ++g) {
+    const auto row = [&](int i) { return _mm512_load_si512(src + (4 * g + i) * kTileCols); };
+    const __m512i a = row(0), b = row(1), c = row(2), d = row(3);
+    const __m512i ab_lo = _mm512_unpacklo_epi32(a, b), ab_hi = _mm512_unpackhi_epi32(a, b);
+    const __m512i cd_lo = _mm512_unpacklo_epi32(c, d), cd_hi = _mm512_unpackhi_epi32(c, d);
+    // u[g][m], 128-bit chunk q: column 4q + m of rows 4g..4g+3.
+    u[g][0] = _mm512_unpacklo_epi64(ab_lo, cd_lo);
+    u[g][1] = _mm512_unpackhi_epi64(ab_lo, cd_lo);
+    u[g][2] = _mm512_unpacklo_epi64(ab_hi, cd_hi);
+    u[g][3] = _mm512_unpackhi_epi64(ab_hi, cd_hi);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i v02 = _mm512_shuffle_i32x4(u[0][m], u[1][m], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i v13 = _mm512_shuffle_i32x4(u[0][m], u[1][m], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i w02 = _mm512_shuffle_i32x4(u[2][m], u[3][m], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i w13 = _mm512_shuffle_i32x4(u[2][m], u[3][m], _MM_SHUFFLE(3, 1, 3, 1));
+    const auto store = [&](int j, __m512i v) { _mm512_store_si512(dst + j * 4 * kR, v); };
+    store(m, _mm512_shuffle_i32x4(v02, w02, _MM_SHUFFLE(2, 0, 2, 0)));
+    store(8 + m, _mm512_shuffle_i32x4(v02, w02, _MM_SHUFFLE(3, 1, 3, 1)));
+    store(4 + m, _mm512_shuffle_i32x4(v13, w13, _MM_SHUFFLE(2, 0, 2, 0)));
+    store(12 + m, _mm512_shuffle_i32x4(v13, w13, _MM_SHUFFLE(3, 1, 3, 1)));
   }
 }
 
@@ -137,8 +260,18 @@ void unpack_panel(const PackedWeight& w, int64_t panel, int group_size, UnpackRo
     std::memset(out.scale, 0, static_cast<size_t>(kp / group_size * kR) * sizeof(float));
     std::memset(out.offset, 0, static_cast<size_t>(kp / group_size * kR) * sizeof(float));
   }
-  for (int r = 0; r < valid; ++r)
-    unpack(w.panel(panel) + r * w.row_bytes(), kp, r, out);
+  // 256 columns at a time: each row unpacked into a row-major tile (the unpackers' natural
+  // order), then 16 x 16 int32 transposes put 4 columns of the 16 rows in each vector.
+  alignas(64) RowTile tile;
+  if (valid < kR)
+    std::memset(tile, 0, sizeof(tile));
+  for (int64_t k0 = 0; k0 < kp; k0 += kTileCols) {
+    const int64_t k1 = std::min<int64_t>(kp, k0 + kTileCols);
+    for (int r = 0; r < valid; ++r)
+      unpack(w.panel(panel) + r * w.row_bytes(), k0, k1, r, tile[r], out);
+    for (int64_t c = 0; c < k1 - k0; c += 64)
+      transpose_into_panel(&tile[0][c], out.quants + (k0 + c) / 4 * (4 * kR));
+  }
 }
 
 // P panels x T tokens over the whole K: int32 group dots, scaled and offset per group into an

@@ -225,53 +225,55 @@ TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
 TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
   ThreadPool pool(2);
   const int64_t rows = 37;
-  const int64_t cols = 512;
-  for (DType t : kTypes) {
-    if (t == DType::kQ8_0)
-      continue;  // Q8_0 has its own panel format (matmul_test.cc)
-    const WeightFormat format = *native_weight_format(t);
-    const std::vector<float> wf = random_floats(rows * cols, 31);
-    std::vector<uint8_t> wq(dtype_num_bytes(t, rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
-    }
-    // Same-type sources keep their bytes; float sources are quantised the same way.
-    Result<PackedWeight> from_bytes = pack_weight(wq.data(), t, rows, cols, format);
-    Result<PackedWeight> from_float = pack_weight(wf.data(), DType::kF32, rows, cols, format);
-    ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok()) << dtype_name(t);
-    const std::vector<float> wd = unpack_weight(*from_bytes);
-    EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
-    EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
-    const std::vector<float> bias = random_floats(rows, 33);
-    // 1 and 3 tokens take the row dots; 10, 11 and 37 the GEMM where the CPU has VNNI (4-token
-    // tiles plus a tail of 2, 3 and 1).
-    for (int64_t num_tokens : {1, 3, 10, 11, 37}) {
-      const std::vector<float> x = random_floats(num_tokens * cols, 34);
-      std::vector<float> y(num_tokens * rows);
-      for (Isa isa : available_isas()) {
-        ScopedIsa scoped(isa);
-        matmul(x.data(), num_tokens, *from_bytes, bias.data(), y.data(), pool);
-        for (int64_t tk = 0; tk < num_tokens; ++tk) {
-          QuantizedActs acts;
-          std::vector<BlockQ8K> q8k;
-          std::vector<int8_t> q;
-          std::vector<float> scale;
-          std::vector<int32_t> sum;
-          const std::vector<float> xt(x.begin() + tk * cols, x.begin() + (tk + 1) * cols);
-          const std::vector<float> xe = effective_acts(t, xt, &acts, &q8k, &q, &scale, &sum);
-          for (int64_t r = 0; r < rows; ++r) {
-            double ref = bias[r];
-            double mag = std::fabs(ref);
-            double loose = bias[r];
-            for (int64_t c = 0; c < cols; ++c) {
-              ref += static_cast<double>(wd[r * cols + c]) * xe[c];
-              mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xe[c]);
-              loose += static_cast<double>(wd[r * cols + c]) * xt[c];
+  // 224 columns: a legacy row whose last 64-column run of the GEMM's panel is half full.
+  for (int64_t cols : {512, 224}) {
+    for (DType t : kTypes) {
+      if (t == DType::kQ8_0 || cols % dtype_block_size(t) != 0)
+        continue;  // Q8_0 has its own panel format (matmul_test.cc)
+      const WeightFormat format = *native_weight_format(t);
+      const std::vector<float> wf = random_floats(rows * cols, 31);
+      std::vector<uint8_t> wq(dtype_num_bytes(t, rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
+      }
+      // Same-type sources keep their bytes; float sources are quantised the same way.
+      Result<PackedWeight> from_bytes = pack_weight(wq.data(), t, rows, cols, format);
+      Result<PackedWeight> from_float = pack_weight(wf.data(), DType::kF32, rows, cols, format);
+      ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok()) << dtype_name(t);
+      const std::vector<float> wd = unpack_weight(*from_bytes);
+      EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
+      EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
+      const std::vector<float> bias = random_floats(rows, 33);
+      // 1 and 3 tokens take the row dots; 10, 11 and 37 the GEMM where the CPU has VNNI (4-token
+      // tiles plus a tail of 2, 3 and 1).
+      for (int64_t num_tokens : {1, 3, 10, 11, 37}) {
+        const std::vector<float> x = random_floats(num_tokens * cols, 34);
+        std::vector<float> y(num_tokens * rows);
+        for (Isa isa : available_isas()) {
+          ScopedIsa scoped(isa);
+          matmul(x.data(), num_tokens, *from_bytes, bias.data(), y.data(), pool);
+          for (int64_t tk = 0; tk < num_tokens; ++tk) {
+            QuantizedActs acts;
+            std::vector<BlockQ8K> q8k;
+            std::vector<int8_t> q;
+            std::vector<float> scale;
+            std::vector<int32_t> sum;
+            const std::vector<float> xt(x.begin() + tk * cols, x.begin() + (tk + 1) * cols);
+            const std::vector<float> xe = effective_acts(t, xt, &acts, &q8k, &q, &scale, &sum);
+            for (int64_t r = 0; r < rows; ++r) {
+              double ref = bias[r];
+              double mag = std::fabs(ref);
+              double loose = bias[r];
+              for (int64_t c = 0; c < cols; ++c) {
+                ref += static_cast<double>(wd[r * cols + c]) * xe[c];
+                mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xe[c]);
+                loose += static_cast<double>(wd[r * cols + c]) * xt[c];
+              }
+              ASSERT_NEAR(y[tk * rows + r], ref, 2e-6 * mag + 1e-6)
+                  << dtype_name(t) << " " << isa_name(isa) << " t=" << tk << " r=" << r;
+              // Against the unquantised activations: the activation quantisation error only.
+              ASSERT_NEAR(y[tk * rows + r], loose, 0.02 * mag + 1e-4) << dtype_name(t);
             }
-            ASSERT_NEAR(y[tk * rows + r], ref, 2e-6 * mag + 1e-6)
-                << dtype_name(t) << " " << isa_name(isa) << " t=" << tk << " r=" << r;
-            // Against the unquantised activations: the activation quantisation error only.
-            ASSERT_NEAR(y[tk * rows + r], loose, 0.02 * mag + 1e-4) << dtype_name(t);
           }
         }
       }
