@@ -1,8 +1,11 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/fnv.h"
 #include "core/logging.h"
@@ -247,6 +250,32 @@ uint64_t Transformer::compute_weights_fingerprint() const {
 }
 
 std::string Transformer::weight_format_name() const {
+  // A GGUF file may mix block types per tensor (llama-quantize's _M mixes): name them all, the
+  // largest share first.
+  std::vector<std::pair<int64_t, kernels::WeightFormat>> shares;
+  const auto add = [&](const kernels::PackedWeight& w) {
+    for (auto& share : shares) {
+      if (share.second == w.format()) {
+        share.first += w.num_bytes();
+        return;
+      }
+    }
+    shares.emplace_back(w.num_bytes(), w.format());
+  };
+  for (const Layer& layer : layers_) {
+    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down})
+      add(*w);
+  }
+  add(lm_head_);
+  if (shares.size() > 1) {
+    std::sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a > b; });
+    std::string mix = "mixed";
+    for (const auto& [bytes, format] : shares) {
+      mix.append(" ").append(kernels::weight_format_name(format)).append(" ");
+      mix.append(std::to_string(bytes * 100 / std::max<int64_t>(1, num_weight_bytes_))).append("%");
+    }
+    return mix;
+  }
   switch (format_) {
     case kernels::WeightFormat::kF32:
       return "F32";

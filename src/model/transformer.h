@@ -60,6 +60,8 @@ class Transformer {
   int64_t num_weight_bytes() const { return num_weight_bytes_; }
   // Multiply-adds per token in the matrices (rows x cols summed), for FLOP figures.
   int64_t num_weight_params() const { return num_weight_params_; }
+  // The part of num_weight_params() in lm_head, which a prefill runs for its last token only.
+  int64_t num_lm_head_params() const { return lm_head_.rows() * lm_head_.cols(); }
   kernels::WeightFormat weight_format() const { return format_; }
   std::string weight_format_name() const;
   // A 64-bit hash of the weights as loaded: every norm and bias vector whole, and the shape,
