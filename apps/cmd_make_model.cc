@@ -38,7 +38,7 @@ int run_make_model(const std::vector<std::string>& args) {
   flags.add("dtype", &dtype, "safetensors dtype: bf16, f16 or f32");
   flags.add("gguf-type", &gguf_type,
             "GGUF type of 2-D tensors in model.gguf: bf16, f16, f32, q8_0, q4_0, q4_1, q5_0, "
-            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, or llama-quantize's mixes q4_k_m, q5_k_m "
+            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, or llama-quantize's mixes q4_k_m, q5_k_m "
             "(output in Q6_K for the quantised types); mmproj.gguf gets the float type or "
             "q8_0 (default: same as --dtype)");
   flags.add("seed", &seed, "random seed: the same seed writes byte-identical files");

@@ -22,7 +22,9 @@ int run_quantize(const std::vector<std::string>& args) {
       "template included); a checkout gets its tokenizer.json and tokenizer_config.json's chat "
       "template. Per-tensor types follow llama-quantize: norms and biases F32; the output "
       "matrix (or tied embedding) Q6_K for the quantised types other than q8_0; q4_k_m/q5_k_m "
-      "also put attn_v and ffn_down in Q6_K in llama-quantize's layers. Requantising an "
+      "also put attn_v and ffn_down in Q6_K in llama-quantize's layers; rows that are no "
+      "multiple of 256 fall back as in llama-quantize (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to "
+      "Q8_0, Q2_K/Q3_K to IQ4_NL). Requantising an "
       "already quantised GGUF compounds the errors: prefer a bf16/f16/f32 source.\n"
       "Example: crescent quantize qwen2.5-0.5b-f16.gguf qwen2.5-0.5b-q4_k_m.gguf --type q4_k_m");
   std::string type;
@@ -30,7 +32,7 @@ int run_quantize(const std::vector<std::string>& args) {
   bool progress = isatty(STDERR_FILENO) != 0;
   flags.add("type", &type,
             "the weight type: q4_k_m, q5_k_m, q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, "
-            "q4_k, q5_k, bf16, f16, f32");
+            "q4_k, q5_k, iq4_nl, bf16, f16, f32");
   flags.add("force", &force, "overwrite OUT if it exists (never the input itself)");
   flags.add("progress", &progress, "show progress on stderr (default: when stderr is a tty)");
   flags.require("type");

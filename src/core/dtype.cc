@@ -107,6 +107,17 @@ void dequantize_q3_k(const BlockQ3_K* x, int64_t nb, float* y) {
   }
 }
 
+// ggml's dequantize_row_iq4_nl.
+void dequantize_iq4_nl(const BlockIQ4_NL* x, int64_t nb, float* y) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = f16_to_float(x[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kIQ4NLValues[x[i].qs[j] & 0xf];
+      y[j + 16] = d * kIQ4NLValues[x[i].qs[j] >> 4];
+    }
+  }
+}
+
 // ggml's get_scale_min_k4: the 6-bit scale and min of group j of a Q4_K/Q5_K block.
 void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   if (j < 4) {
@@ -212,6 +223,8 @@ std::string_view dtype_name(DType dtype) {
       return "Q5_K";
     case DType::kQ6_K:
       return "Q6_K";
+    case DType::kIQ4_NL:
+      return "IQ4_NL";
   }
   return "?";
 }
@@ -313,6 +326,9 @@ void dtype_to_float(DType dtype, const void* data, int64_t num_elements, float* 
       return;
     case DType::kQ6_K:
       dequantize_q6_k(static_cast<const BlockQ6_K*>(data), num_elements / 256, out);
+      return;
+    case DType::kIQ4_NL:
+      dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(data), num_elements / 32, out);
       return;
   }
 }

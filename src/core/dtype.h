@@ -25,6 +25,7 @@ enum class DType {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kIQ4_NL,
 };
 
 constexpr int64_t kQ8BlockSize = 32;
@@ -88,6 +89,17 @@ struct BlockQ6_K {  // 16 groups of 16: x = d * scales[g] * (q - 32)
   int8_t scales[16];
   uint16_t d;
 };
+// IQ4_NL (ggml type 20): 32 values, x = d * kIQ4NLValues[q] for the 4-bit q (nibbles as Q4_0:
+// low nibbles values 0-15, high 16-31). llama-quantize writes it for Q2_K/Q3_K tensors whose rows
+// are no multiple of 256, and as a type of its own.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// ggml's kvalues_iq4nl: the 16 non-uniform levels.
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
@@ -107,6 +119,7 @@ constexpr int64_t dtype_block_size(DType dtype) {
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return 32;
     case DType::kQ2_K:
     case DType::kQ3_K:
@@ -144,6 +157,8 @@ constexpr int64_t dtype_block_bytes(DType dtype) {
       return sizeof(BlockQ5_K);
     case DType::kQ6_K:
       return sizeof(BlockQ6_K);
+    case DType::kIQ4_NL:
+      return sizeof(BlockIQ4_NL);
   }
   return 0;
 }

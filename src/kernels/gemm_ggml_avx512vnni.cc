@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "core/check.h"
 #include "kernels/kernel_table.h"
@@ -77,13 +78,19 @@ class Scratch {
 constexpr int kTileCols = kQKBlockSize;
 using RowTile = uint8_t[kR][kTileCols];
 
-// The 32 quants of a legacy block made unsigned (q + bias, which is the stored 4 or 5 bits).
+// The 32 quants of a legacy block made unsigned (q + bias: the stored 4 or 5 bits; IQ4_NL's
+// levels + 128).
 template <typename Block>
 inline void legacy_block_u8(const Block& b, uint8_t* u) {
   const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
   const __m128i nibble = _mm_set1_epi8(0x0f);
   __m256i v =
       _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
+  if constexpr (std::is_same_v<Block, BlockIQ4_NL>) {
+    const __m256i levels = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+    v = _mm256_xor_si256(_mm256_shuffle_epi8(levels, v), _mm256_set1_epi8(-128));
+  }
   if constexpr (requires { b.qh; }) {
     uint32_t qh;
     std::memcpy(&qh, b.qh, 4);  // bit j is bit 4 of value j
@@ -262,9 +269,9 @@ void unpack_panel(const PackedWeight& w, int64_t panel, int group_size, UnpackRo
   }
   // 256 columns at a time: each row unpacked into a row-major tile (the unpackers' natural
   // order), then 16 x 16 int32 transposes put 4 columns of the 16 rows in each vector.
-  alignas(64) RowTile tile;
-  if (valid < kR)
-    std::memset(tile, 0, sizeof(tile));
+  // Zeroed: rows past the weight's end, and a legacy row's columns past its last 32 in the last
+  // run, go through the transposes too (into panel bytes the tile never reads).
+  alignas(64) RowTile tile = {};
   for (int64_t k0 = 0; k0 < kp; k0 += kTileCols) {
     const int64_t k1 = std::min<int64_t>(kp, k0 + kTileCols);
     for (int r = 0; r < valid; ++r)
@@ -423,6 +430,8 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
       return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ5_K, 0, true>);
     case DType::kQ6_K:
       return gemm_panels<16, kQKBlockSize, 32, false>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>);
+    case DType::kIQ4_NL:
+      return gemm_panels<32, 32, 128, false>(a, pb, pe, unpack_row<BlockIQ4_NL, 128, false>);
     default:
       CRESCENT_CHECK(false) << "no ggml GEMM for " << weight_format_name(a.w->format());
   }

@@ -43,7 +43,7 @@ struct MatmulArgs {
 // Tokens per BF16 GEMM microkernel call (2 panels x 12 tokens = 24 zmm accumulators).
 constexpr int64_t kBf16GemmTokens = 12;
 
-constexpr int kNumDTypes = static_cast<int>(DType::kQ6_K) + 1;
+constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);

@@ -44,7 +44,8 @@ void source_row_to_float(const void* data, DType dtype, int64_t cols, int64_t r,
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
-    case DType::kQ6_K: {
+    case DType::kQ6_K:
+    case DType::kIQ4_NL: {
       const int64_t row_bytes = dtype_num_bytes(dtype, cols);
       dtype_to_float(dtype, static_cast<const std::byte*>(data) + r * row_bytes, cols, out);
       return;
@@ -185,6 +186,8 @@ std::string_view weight_format_name(WeightFormat format) {
       return "q5_k";
     case WeightFormat::kQ6_K:
       return "q6_k";
+    case WeightFormat::kIQ4_NL:
+      return "iq4_nl";
   }
   return "unknown";
 }
@@ -213,6 +216,8 @@ std::optional<DType> ggml_row_dtype(WeightFormat format) {
       return DType::kQ5_K;
     case WeightFormat::kQ6_K:
       return DType::kQ6_K;
+    case WeightFormat::kIQ4_NL:
+      return DType::kIQ4_NL;
   }
   return std::nullopt;
 }
@@ -243,6 +248,8 @@ std::optional<WeightFormat> native_weight_format(DType dtype) {
       return WeightFormat::kQ5_K;
     case DType::kQ6_K:
       return WeightFormat::kQ6_K;
+    case DType::kIQ4_NL:
+      return WeightFormat::kIQ4_NL;
   }
   return std::nullopt;
 }

@@ -23,7 +23,7 @@
 namespace crescent::kernels {
 
 // kF32 / kBF16 / kQ8_0 are repacked into panels (below); the ggml block formats (kQ4_0 ...
-// kQ6_K) keep the file's bytes: each row is its ggml blocks, 16 rows per panel.
+// kQ6_K, kIQ4_NL) keep the file's bytes: each row is its ggml blocks, 16 rows per panel.
 enum class WeightFormat {
   kF32,
   kBF16,
@@ -37,6 +37,7 @@ enum class WeightFormat {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kIQ4_NL,
 };
 std::string_view weight_format_name(WeightFormat format);
 // The ggml block type a format stores its rows in (nullopt for the panel formats).

@@ -74,6 +74,7 @@ void fill_quant_portable(KernelTable* t) {
   t->row_dot[static_cast<int>(DType::kQ5_0)] = dot_legacy<BlockQ5_0>;
   t->row_dot[static_cast<int>(DType::kQ5_1)] = dot_legacy<BlockQ5_1>;
   t->row_dot[static_cast<int>(DType::kQ8_0)] = dot_legacy<Q8Block>;
+  t->row_dot[static_cast<int>(DType::kIQ4_NL)] = dot_legacy<BlockIQ4_NL>;
   t->row_dot[static_cast<int>(DType::kQ2_K)] = dot_k<BlockQ2_K>;
   t->row_dot[static_cast<int>(DType::kQ3_K)] = dot_k<BlockQ3_K>;
   t->row_dot[static_cast<int>(DType::kQ4_K)] = dot_k<BlockQ4_K>;

@@ -46,6 +46,13 @@ inline LegacyScale unpack_legacy(const BlockQ5_1& b, int8_t* q) {
   unpack_q5_quants(b, 0, q);
   return {f16_to_float(b.d), f16_to_float(b.m)};
 }
+inline LegacyScale unpack_legacy(const BlockIQ4_NL& b, int8_t* q) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIQ4NLValues[b.qs[j] & 0x0f];
+    q[j + 16] = kIQ4NLValues[b.qs[j] >> 4];
+  }
+  return {f16_to_float(b.d), 0.0f};
+}
 inline LegacyScale unpack_legacy(const Q8Block& b, int8_t* q) {
   std::memcpy(q, b.quants, 32);
   return {f16_to_float(b.scale_f16), 0.0f};

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quants_iq4_nl.h"
 
 namespace crescent::kernels {
 namespace {
@@ -622,6 +623,8 @@ void quantize_row(DType dtype, const float* x, int64_t num_values, void* out) {
       return quantize_q45_k(x, nb, static_cast<BlockQ5_K*>(out));
     case DType::kQ6_K:
       return quantize_q6_k(x, nb, static_cast<BlockQ6_K*>(out));
+    case DType::kIQ4_NL:
+      return internal::quantize_iq4_nl(x, nb, static_cast<BlockIQ4_NL*>(out));
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

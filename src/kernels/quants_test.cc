@@ -19,8 +19,9 @@ using testing::available_isas;
 using testing::random_floats;
 using testing::ScopedIsa;
 
-const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                        DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,  DType::kQ5_0,
+                        DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,  DType::kQ4_K,
+                        DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // Root-mean-square error of dequantize(quantize(x)) relative to the RMS of x, for values
 // uniform in [-1, 1]: a uniform grid of L levels over the range gives 1 / (L - 1), and each type
@@ -42,6 +43,7 @@ double rel_rmse_bound(DType t) {
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ4_K:
+    case DType::kIQ4_NL:
       bits = 4;
       break;
     case DType::kQ3_K:
@@ -145,6 +147,23 @@ TEST(QuantsTest, IntegerUnpackMatchesDequantizer) {
   expect_unpack_matches<BlockQ4_K>(DType::kQ4_K, quantize(DType::kQ4_K, x), n);
   expect_unpack_matches<BlockQ5_K>(DType::kQ5_K, quantize(DType::kQ5_K, x), n);
   expect_unpack_matches<BlockQ6_K>(DType::kQ6_K, quantize(DType::kQ6_K, x), n);
+  expect_unpack_matches<BlockIQ4_NL>(DType::kIQ4_NL, quantize(DType::kIQ4_NL, x), n);
+}
+
+// Values on IQ4_NL's grid come back exactly: the first guess of ggml's search takes the largest
+// magnitude (negative here) as level 0 and gets a negative scale; one of the 15 tries must find
+// the exact 0.5, and the 0x88 bytes of an all-zero block are ggml's too.
+TEST(QuantsTest, Iq4NlFindsTheExactScaleOnItsGrid) {
+  std::vector<float> x(64, 0.0f);
+  for (int j = 0; j < 32; ++j)
+    x[j] = 0.5f * kIQ4NLValues[(j * 7) % 16];
+  const std::vector<uint8_t> q = quantize(DType::kIQ4_NL, x);
+  const auto* blocks = reinterpret_cast<const BlockIQ4_NL*>(q.data());
+  EXPECT_EQ(f16_to_float(blocks[0].d), 0.5f);
+  EXPECT_EQ(dequantize(DType::kIQ4_NL, q, 64), x);
+  EXPECT_EQ(blocks[1].d, 0);
+  for (uint8_t byte : blocks[1].qs)
+    EXPECT_EQ(byte, 0x88);
 }
 
 TEST(QuantsTest, Q8KActivationsFollowGgml) {

@@ -23,7 +23,8 @@ struct GgmlTypeTraits {
 };
 
 constexpr const char* kSupportedTypes =
-    " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)";
+    " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+    "IQ4_NL)";
 
 const GgmlTypeTraits* ggml_traits(uint32_t type) {
   static const std::map<uint32_t, GgmlTypeTraits> kTypes = {
@@ -33,7 +34,7 @@ const GgmlTypeTraits* ggml_traits(uint32_t type) {
       {11, {"Q3_K", 256, 110}}, {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
       {14, {"Q6_K", 256, 210}}, {15, {"Q8_K", 256, 292}}, {16, {"IQ2_XXS", 0, 0}},
       {17, {"IQ2_XS", 0, 0}},   {18, {"IQ3_XXS", 0, 0}},  {19, {"IQ1_S", 0, 0}},
-      {20, {"IQ4_NL", 0, 0}},   {21, {"IQ3_S", 0, 0}},    {22, {"IQ2_S", 0, 0}},
+      {20, {"IQ4_NL", 32, 18}}, {21, {"IQ3_S", 0, 0}},    {22, {"IQ2_S", 0, 0}},
       {23, {"IQ4_XS", 0, 0}},   {24, {"I8", 1, 1}},       {25, {"I16", 1, 2}},
       {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},
       {29, {"IQ1_M", 0, 0}},    {30, {"BF16", 1, 2}},     {34, {"TQ1_0", 0, 0}},
@@ -287,6 +288,7 @@ void float_to_dtype(const float* values, int64_t num_values, DType dtype, void* 
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_NL:
       kernels::quantize_row(dtype, values, num_values, out);
       break;
   }

@@ -384,6 +384,11 @@ TEST(GgufTypesTest, TensorTypesFollowLlamaQuantize) {
   EXPECT_EQ(type("model.embed_tokens.weight", {100, 64}), DType::kQ8_0);
   EXPECT_EQ(gguf_tensor_dtype(*parse_gguf_weight_type("q5_k"), c, "x.weight", {8, 96}),
             DType::kQ5_1);
+  for (const char* low_bits : {"q2_k", "q3_k"}) {
+    EXPECT_EQ(gguf_tensor_dtype(*parse_gguf_weight_type(low_bits), c, "x.weight", {8, 96}),
+              DType::kIQ4_NL)
+        << low_bits;
+  }
   EXPECT_EQ(gguf_tensor_dtype(*parse_gguf_weight_type("q8_0"), c, "model.embed_tokens.weight",
                               {128256, 2048}),
             DType::kQ8_0);
@@ -428,7 +433,7 @@ TEST_P(GgufQuantRoundTrip, TensorsKeepTheirTypesAndBits) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantRoundTrip,
                          ::testing::Values("q4_k_m", "q5_k_m", "q4_k", "q6_k", "q3_k", "q2_k",
-                                           "q4_0", "q4_1", "q5_0", "q5_1"));
+                                           "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"));
 
 TEST_F(GgufTest, TruncatedFileIsDataLoss) {
   ModelConfig config = write_source("tiny", "m.safetensors");

@@ -13,11 +13,11 @@ struct TypeEntry {
   const char* flag;
 };
 constexpr TypeEntry kTypes[] = {
-    {0, DType::kF32, "f32"},    {1, DType::kF16, "f16"},    {30, DType::kBF16, "bf16"},
-    {8, DType::kQ8_0, "q8_0"},  {2, DType::kQ4_0, "q4_0"},  {3, DType::kQ4_1, "q4_1"},
-    {6, DType::kQ5_0, "q5_0"},  {7, DType::kQ5_1, "q5_1"},  {10, DType::kQ2_K, "q2_k"},
-    {11, DType::kQ3_K, "q3_k"}, {12, DType::kQ4_K, "q4_k"}, {13, DType::kQ5_K, "q5_k"},
-    {14, DType::kQ6_K, "q6_k"},
+    {0, DType::kF32, "f32"},    {1, DType::kF16, "f16"},        {30, DType::kBF16, "bf16"},
+    {8, DType::kQ8_0, "q8_0"},  {2, DType::kQ4_0, "q4_0"},      {3, DType::kQ4_1, "q4_1"},
+    {6, DType::kQ5_0, "q5_0"},  {7, DType::kQ5_1, "q5_1"},      {10, DType::kQ2_K, "q2_k"},
+    {11, DType::kQ3_K, "q3_k"}, {12, DType::kQ4_K, "q4_k"},     {13, DType::kQ5_K, "q5_k"},
+    {14, DType::kQ6_K, "q6_k"}, {20, DType::kIQ4_NL, "iq4_nl"},
 };
 
 // llama.cpp's use_more_bits(i_layer, n_layers): the first and last eighth and every third layer
@@ -113,6 +113,8 @@ uint32_t gguf_file_type(const GgufWeightType& type) {
       return km ? 17 : 16;
     case DType::kQ6_K:
       return 18;
+    case DType::kIQ4_NL:
+      return 25;
   }
   return 0;
 }
@@ -151,7 +153,7 @@ DType gguf_tensor_dtype(const GgufWeightType& type, const ModelConfig& config,
         break;
       case DType::kQ2_K:
       case DType::kQ3_K:
-        out = DType::kQ4_0;
+        out = DType::kIQ4_NL;
         break;
       default:
         break;

@@ -249,9 +249,27 @@ uint64_t Transformer::compute_weights_fingerprint() const {
   return f.value();
 }
 
+namespace {
+
+// A matrix format as the model line prints it: F32, BF16, Q8_0, or the ggml type (Q4_K ...).
+std::string format_label(kernels::WeightFormat format) {
+  switch (format) {
+    case kernels::WeightFormat::kF32:
+      return "F32";
+    case kernels::WeightFormat::kBF16:
+      return "BF16";
+    case kernels::WeightFormat::kQ8_0:
+      return "Q8_0";
+    default:
+      return std::string(dtype_name(*kernels::ggml_row_dtype(format)));
+  }
+}
+
+}  // namespace
+
 std::string Transformer::weight_format_name() const {
-  // A GGUF file may mix block types per tensor (llama-quantize's _M mixes): name them all, the
-  // largest share first.
+  // A GGUF file may mix block types per tensor (llama-quantize's _M mixes, its fallbacks for
+  // rows that are no multiple of 256): name them all, the largest share of bytes first.
   std::vector<std::pair<int64_t, kernels::WeightFormat>> shares;
   const auto add = [&](const kernels::PackedWeight& w) {
     for (auto& share : shares) {
@@ -267,26 +285,17 @@ std::string Transformer::weight_format_name() const {
       add(*w);
   }
   add(lm_head_);
-  if (shares.size() > 1) {
-    std::sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a > b; });
-    std::string mix = "mixed";
-    for (const auto& [bytes, format] : shares) {
-      mix.append(" ").append(kernels::weight_format_name(format)).append(" ");
-      mix.append(std::to_string(bytes * 100 / std::max<int64_t>(1, num_weight_bytes_))).append("%");
-    }
-    return mix;
+  if (shares.size() <= 1) {
+    const std::string label = format_label(format_);
+    return kernels::ggml_row_dtype(format_) ? "GGUF " + label : label;
   }
-  switch (format_) {
-    case kernels::WeightFormat::kF32:
-      return "F32";
-    case kernels::WeightFormat::kBF16:
-      return "BF16";
-    case kernels::WeightFormat::kQ8_0:
-      return "Q8_0";
-    default:  // GGUF files may mix block types per tensor; this is the embedding's
-      return "GGUF " + std::string(dtype_name(*kernels::ggml_row_dtype(format_)));
+  std::sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::string mix = "mixed";
+  for (const auto& [bytes, format] : shares) {
+    mix.append(" ").append(format_label(format)).append(" ");
+    mix.append(std::to_string(bytes * 100 / std::max<int64_t>(1, num_weight_bytes_))).append("%");
   }
-  return "?";
+  return mix;
 }
 
 kernels::KvCacheLayout Transformer::kv_layout(int block_size, kernels::KvDtype dtype) const {

@@ -148,6 +148,10 @@ TEST_P(GgufQuantEngineTest, LoadsGeneratesAndStaysCloseToF32) {
   ASSERT_NE(dequant, nullptr);
   ASSERT_NE(f32, nullptr);
   EXPECT_NE(quant->model->weight_format_name(), "BF16");  // computed in the file's types
+  if (c.gguf_type == "iq4_nl" || c.gguf_type == "q3_k") {
+    EXPECT_NE(quant->model->weight_format_name().find("IQ4_NL"), std::string::npos)
+        << quant->model->weight_format_name();
+  }
   EXPECT_LT(quant->model->num_weight_bytes(), f32->model->num_weight_bytes() / 3);
 
   const Agreement vs_f32 = compare(*f32, *quant);
@@ -181,18 +185,19 @@ TEST_P(GgufQuantEngineTest, LoadsGeneratesAndStaysCloseToF32) {
   EXPECT_EQ(num_tokens, 8);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GgufQuantEngineTest,
-                         ::testing::Values(
-                             // tiny: 64-wide rows are not whole K-quant blocks, so Q4_K_M falls
-                             // back to Q5_0 / Q8_0 per tensor exactly as llama-quantize does.
-                             Case{"tiny", "q4_k_m", 0.04, 0.01, 0.9},
-                             // small: 256 / 768-wide rows: real Q4_K + Q6_K (and Q5_K + Q6_K).
-                             Case{"small", "q4_k_m", 0.17, 0.025, 0.9},
-                             Case{"small", "q5_k_m", 0.11, 0.025, 0.9},
-                             Case{"small", "q6_k", 0.07, 0.025, 0.9}),
-                         [](const auto& info) {
-                           return info.param.preset + "_" + info.param.gguf_type;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, GgufQuantEngineTest,
+    ::testing::Values(
+        // tiny: 64-wide rows are not whole K-quant blocks, so Q4_K_M falls
+        // back to Q5_0 / Q8_0 per tensor exactly as llama-quantize does.
+        Case{"tiny", "q4_k_m", 0.04, 0.01, 0.9},
+        // small: 256 / 768-wide rows: real Q4_K + Q6_K (and Q5_K + Q6_K).
+        Case{"small", "q4_k_m", 0.17, 0.025, 0.9}, Case{"small", "q5_k_m", 0.11, 0.025, 0.9},
+        Case{"small", "q6_k", 0.07, 0.025, 0.9},
+        // IQ4_NL alone, and as llama-quantize's fallback for Q3_K rows
+        // that are not whole 256-value blocks (tiny's 64-wide rows).
+        Case{"small", "iq4_nl", 0.2, 0.025, 0.9}, Case{"tiny", "q3_k", 0.08, 0.01, 0.9}),
+    [](const auto& info) { return info.param.preset + "_" + info.param.gguf_type; });
 
 // `crescent quantize` on the F32 GGUF of the small model (rows of whole K-quant blocks) and on
 // its HF checkout: each output sits alone in a directory, so it also has to bring its tokenizer
