@@ -120,9 +120,9 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
                "vs read");
   std::vector<float> x(kIntermediate + 256, 0.5f);
   std::vector<float> y(kVocab);
-  constexpr WeightFormat kFormats[] = {WeightFormat::kBF16, WeightFormat::kQ8_0,
-                                       WeightFormat::kQ4_K, WeightFormat::kQ6_K,
-                                       WeightFormat::kQ5_0, WeightFormat::kF32};
+  constexpr WeightFormat kFormats[] = {
+      WeightFormat::kBF16, WeightFormat::kQ8_0,   WeightFormat::kQ4_K, WeightFormat::kQ6_K,
+      WeightFormat::kQ5_0, WeightFormat::kIQ4_NL, WeightFormat::kF32};
   for (WeightFormat format : kFormats) {
     std::vector<PackedWeight> stack;
     int64_t stack_bytes = 0;

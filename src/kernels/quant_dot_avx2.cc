@@ -15,6 +15,9 @@ struct Dot {
   static __m256i scaled(__m256i u8, __m256i s8, __m256i scale16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), scale16);
   }
+  static __m256i plain(__m256i u8, __m256i s8) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
+  }
 };
 
 #include "kernels/quant_dot_simd.inc"

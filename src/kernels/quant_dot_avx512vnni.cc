@@ -18,6 +18,9 @@ struct Dot {
     const __m256i scale32 = _mm256_srai_epi32(_mm256_slli_epi32(scale16, 16), 16);
     return _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8), scale32);
   }
+  static __m256i plain(__m256i u8, __m256i s8) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8);
+  }
 };
 
 #include "kernels/quant_dot_simd.inc"
