@@ -118,11 +118,10 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
             ops.scale(correction, oh, head_dim);
           }
           max_score[h] = new_max;
-          for (int j = 0; j < n; ++j) {
-            const float p = std::exp(scores[j] - new_max);
-            sum[h] += p;
-            kv_ops.axpy(p, v_base + j * kv_row, oh, head_dim);
-          }
+          // The block's weights exp(score - max) at once (the table's vector exp).
+          sum[h] += ops.exp_sum(scores.data(), n, 1.0f, new_max);
+          for (int j = 0; j < n; ++j)
+            kv_ops.axpy(scores[j], v_base + j * kv_row, oh, head_dim);
         }
       }
       for (int h = 0; h < group; ++h) {
