@@ -107,10 +107,15 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
           const float* qh = q + (row * num_heads + head) * head_dim;
           float* oh = out + (row * num_heads + head) * head_dim;
           float block_max = -std::numeric_limits<float>::infinity();
-          for (int j = 0; j < n; ++j) {
-            scores[j] = kv_ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
-            block_max = std::max(block_max, scores[j]);
+          if constexpr (D == KvDtype::kBf16) {
+            ops.dot_rows_bf16(qh, reinterpret_cast<const uint16_t*>(k_base), kv_row / 2, n,
+                              head_dim, scale, scores.data());
+          } else {
+            for (int j = 0; j < n; ++j)
+              scores[j] = kv_ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
           }
+          for (int j = 0; j < n; ++j)
+            block_max = std::max(block_max, scores[j]);
           const float new_max = std::max(max_score[h], block_max);
           if (new_max > max_score[h] && sum[h] > 0) {
             const float correction = std::exp(max_score[h] - new_max);
@@ -120,8 +125,13 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
           max_score[h] = new_max;
           // The block's weights exp(score - max) at once (the table's vector exp).
           sum[h] += ops.exp_sum(scores.data(), n, 1.0f, new_max);
-          for (int j = 0; j < n; ++j)
-            kv_ops.axpy(scores[j], v_base + j * kv_row, oh, head_dim);
+          if constexpr (D == KvDtype::kBf16) {
+            ops.axpy_rows_bf16(scores.data(), reinterpret_cast<const uint16_t*>(v_base), kv_row / 2,
+                               n, head_dim, oh);
+          } else {
+            for (int j = 0; j < n; ++j)
+              kv_ops.axpy(scores[j], v_base + j * kv_row, oh, head_dim);
+          }
         }
       }
       for (int h = 0; h < group; ++h) {

@@ -264,6 +264,37 @@ TEST(KvBf16Test, ConversionRoundTripAndOps) {
   }
 }
 
+// The block-of-rows forms attention uses on the bf16 cache equal the per-row ops: rows `stride`
+// apart, head dims with tails and more than one 64-value run.
+TEST(AttentionOpsTest, RowBlocksEqualPerRowOpsOnEveryIsa) {
+  for (int64_t dim : {7, 64, 100, 130}) {
+    const int64_t stride = dim + 9;
+    for (int n : {1, 5, 16}) {
+      const auto q = random_floats(dim, 60 + dim);
+      const auto rows_f = random_floats(n * stride, 70 + n);
+      std::vector<uint16_t> rows(rows_f.size());
+      for (size_t i = 0; i < rows.size(); ++i)
+        rows[i] = float_to_bf16(rows_f[i]);
+      const auto p = random_floats(n, 80 + n);
+      for (Isa isa : available_isas()) {
+        ScopedIsa scoped(isa);
+        const internal::KernelTable& t = internal::active_table();
+        std::vector<float> scores(n);
+        t.dot_rows_bf16(q.data(), rows.data(), stride, n, dim, 0.125f, scores.data());
+        std::vector<float> y1(q), y2(q);
+        t.axpy_rows_bf16(p.data(), rows.data(), stride, n, dim, y1.data());
+        for (int j = 0; j < n; ++j) {
+          EXPECT_NEAR(scores[j], 0.125f * t.dot_bf16(q.data(), rows.data() + j * stride, dim), 1e-5)
+              << isa_name(isa) << " dim " << dim << " row " << j;
+          t.axpy_bf16(p[j], rows.data() + j * stride, y2.data(), dim);
+        }
+        for (int64_t i = 0; i < dim; ++i)
+          ASSERT_NEAR(y1[i], y2[i], 1e-5) << isa_name(isa) << " dim " << dim << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(KvCacheLayoutTest, Sizes) {
   KvCacheLayout layout{24, 16, 2, 64};
   EXPECT_EQ(layout.head_row_bytes(), 4 * 64);

@@ -62,6 +62,13 @@ struct KernelTable {
   // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
   float (*dot_bf16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
+  // Attention over one KV block of n rows `stride` elements apart (bf16 KV cache), with the
+  // per-row call, the output row's loads and stores, and the scaling folded into one call:
+  // out[j] = scale * dot(a, rows[j]); y += sum_j p[j] * rows[j].
+  void (*dot_rows_bf16)(const float* a, const uint16_t* rows, int64_t stride, int n, int64_t dim,
+                        float scale, float* out) = nullptr;
+  void (*axpy_rows_bf16)(const float* p, const uint16_t* rows, int64_t stride, int n, int64_t dim,
+                         float* y) = nullptr;
   // The other stored KV types (kv_convert.h): f16, fp8_e4m3 and q8_0 (n a multiple of 32).
   float (*dot_f16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;

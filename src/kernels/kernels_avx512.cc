@@ -283,6 +283,35 @@ void axpy(float s, const T* x, float* y, int64_t n) {
   }
 }
 
+template <typename T>
+void dot_rows(const float* a, const T* rows, int64_t stride, int n, int64_t dim, float scale,
+              float* out) {
+  for (int j = 0; j < n; ++j)
+    out[j] = dot(a, rows + j * stride, dim) * scale;
+}
+
+// y's 64-value runs stay in registers across the block's rows.
+template <typename T>
+void axpy_rows(const float* p, const T* rows, int64_t stride, int n, int64_t dim, float* y) {
+  for (int64_t i = 0; i < dim; i += 64) {
+    __mmask16 m[4];
+    __m512 acc[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = dim - i - 16 * c;
+      m[c] = tail_mask(std::clamp<int64_t>(left, 0, 16));
+      acc[c] = _mm512_maskz_loadu_ps(m[c], y + i + 16 * c);
+    }
+    for (int j = 0; j < n; ++j) {
+      const __m512 vp = _mm512_set1_ps(p[j]);
+      const T* row = rows + j * stride + i;
+      for (int c = 0; c < 4; ++c)
+        acc[c] = _mm512_fmadd_ps(vp, load16(row + 16 * c, m[c]), acc[c]);
+    }
+    for (int c = 0; c < 4; ++c)
+      _mm512_mask_storeu_ps(y + i + 16 * c, m[c], acc[c]);
+  }
+}
+
 void scale(float s, float* y, int64_t n) {
   const __m512 vs = _mm512_set1_ps(s);
   for (int64_t i = 0; i < n; i += 16) {
@@ -383,6 +412,8 @@ void fill_avx512(KernelTable* t) {
   t->axpy = axpy<float>;
   t->dot_bf16 = dot<uint16_t>;
   t->axpy_bf16 = axpy<uint16_t>;
+  t->dot_rows_bf16 = dot_rows<uint16_t>;
+  t->axpy_rows_bf16 = axpy_rows<uint16_t>;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;
