@@ -283,12 +283,7 @@ void axpy(float s, const T* x, float* y, int64_t n) {
   }
 }
 
-template <typename T>
-void dot_rows(const float* a, const T* rows, int64_t stride, int n, int64_t dim, float scale,
-              float* out) {
-  for (int j = 0; j < n; ++j)
-    out[j] = dot(a, rows + j * stride, dim) * scale;
-}
+#include "kernels/row_blocks.inc"
 
 // y's 64-value runs stay in registers across the block's rows.
 template <typename T>

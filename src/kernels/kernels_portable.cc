@@ -102,18 +102,7 @@ void axpy(float s, const T* x, float* y, int64_t n) {
     y[i] += s * widen(x[i]);
 }
 
-template <typename T>
-void dot_rows(const float* a, const T* rows, int64_t stride, int n, int64_t dim, float scale,
-              float* out) {
-  for (int j = 0; j < n; ++j)
-    out[j] = dot(a, rows + j * stride, dim) * scale;
-}
-
-template <typename T>
-void axpy_rows(const float* p, const T* rows, int64_t stride, int n, int64_t dim, float* y) {
-  for (int j = 0; j < n; ++j)
-    axpy(p[j], rows + j * stride, y, dim);
-}
+#include "kernels/row_blocks.inc"
 
 void scale(float s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -189,7 +178,7 @@ void fill_portable(KernelTable* t) {
   t->dot_bf16 = dot<uint16_t>;
   t->axpy_bf16 = axpy<uint16_t>;
   t->dot_rows_bf16 = dot_rows<uint16_t>;
-  t->axpy_rows_bf16 = axpy_rows<uint16_t>;
+  t->axpy_rows_bf16 = axpy_rows_loop<uint16_t>;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;
