@@ -30,7 +30,7 @@
 namespace crescent::kernels::internal {
 namespace {
 
-constexpr int kR = kPanelRows;
+constexpr int64_t kR = kPanelRows;
 constexpr int kTileTokens = 4;
 
 // One 16-row panel unpacked: quants[k / 4][row][k % 4] (k < padded cols), scale and offset
@@ -66,7 +66,7 @@ class Scratch {
       panels_[i].offset = reinterpret_cast<float*>(base + quant_bytes + param_bytes);
     }
   }
-  const UnpackedPanel& panel(int i) const { return panels_[i]; }
+  [[nodiscard]] const UnpackedPanel& panel(int i) const { return panels_[i]; }
 
  private:
   std::unique_ptr<std::byte, FreeDeleter> buffer_;
@@ -134,8 +134,9 @@ template <typename Block, int kBias>
 inline void k_block_u8(const Block& b, uint8_t* u, KScales* s) {
   int8_t q[kQKBlockSize];
   unpack_k(b, q, s);
-  for (int i = 0; i < kQKBlockSize; ++i)
+  for (int i = 0; i < kQKBlockSize; ++i) {
     u[i] = static_cast<uint8_t>(q[i] + kBias);
+  }
 }
 
 template <typename Block>
@@ -143,15 +144,16 @@ inline void k4_scales(const Block& b, KScales* s) {
   s->d = _cvtsh_ss(b.d);
   s->dmin = _cvtsh_ss(b.dmin);
   s->num_groups = 8;
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < 8; ++j) {
     get_scale_min_k4(j, b.scales, &s->scale[j], &s->min[j]);
+  }
 }
 
 template <>
 inline void k_block_u8<BlockQ4_K, 0>(const BlockQ4_K& b, uint8_t* u, KScales* s) {
   k4_scales(b, s);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  for (int k = 0; k < 4; ++k) {
+  for (int64_t k = 0; k < 4; ++k) {
     const __m256i q = load256(b.qs + 32 * k);
     store256(u + 64 * k, _mm256_and_si256(q, nibble));
     store256(u + 64 * k + 32, _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble));
@@ -163,7 +165,7 @@ inline void k_block_u8<BlockQ5_K, 0>(const BlockQ5_K& b, uint8_t* u, KScales* s)
   k4_scales(b, s);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i h = load256(b.qh);
-  for (int k = 0; k < 4; ++k) {
+  for (int64_t k = 0; k < 4; ++k) {
     const __m256i q = load256(b.qs + 32 * k);
     store256(u + 64 * k, _mm256_or_si256(_mm256_and_si256(q, nibble), bit_to_4(h, 2 * k)));
     store256(u + 64 * k + 32, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibble),
@@ -177,12 +179,12 @@ inline void k_block_u8<BlockQ6_K, 32>(const BlockQ6_K& b, uint8_t* u, KScales* s
   s->dmin = 0;
   s->num_groups = 16;
   for (int g = 0; g < 16; ++g) {
-    s->scale[g] = b.scales[g];
+    s->scale[g] = b.scales[g];  // NOLINT(bugprone-signed-char-misuse): Q6_K's scales are signed
     s->min[g] = 0;
   }
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i two = _mm256_set1_epi8(0x30);
-  for (int h = 0; h < 2; ++h) {
+  for (int64_t h = 0; h < 2; ++h) {
     const __m256i a = load256(b.ql + 64 * h);
     const __m256i c = load256(b.ql + 64 * h + 32);
     const __m256i hi = load256(b.qh + 32 * h);
@@ -233,8 +235,8 @@ void unpack_row(const void* row, int64_t k0, int64_t k1, int r, uint8_t* u,
 // j-th holding columns 4j..4j+3 of every row (a 16 x 16 transpose of int32s).
 inline void transpose_into_panel(const uint8_t* src, uint8_t* dst) {
   __m512i u[4][4];
-  for (int g = 0; g < 4; ++g) {
-    const auto row = [&](int i) { return _mm512_load_si512(src + (4 * g + i) * kTileCols); };
+  for (int64_t g = 0; g < 4; ++g) {
+    const auto row = [&](int64_t i) { return _mm512_load_si512(src + (4 * g + i) * kTileCols); };
     const __m512i a = row(0), b = row(1), c = row(2), d = row(3);
     const __m512i ab_lo = _mm512_unpacklo_epi32(a, b), ab_hi = _mm512_unpackhi_epi32(a, b);
     const __m512i cd_lo = _mm512_unpacklo_epi32(c, d), cd_hi = _mm512_unpackhi_epi32(c, d);
@@ -249,7 +251,7 @@ inline void transpose_into_panel(const uint8_t* src, uint8_t* dst) {
     const __m512i v13 = _mm512_shuffle_i32x4(u[0][m], u[1][m], _MM_SHUFFLE(3, 1, 3, 1));
     const __m512i w02 = _mm512_shuffle_i32x4(u[2][m], u[3][m], _MM_SHUFFLE(2, 0, 2, 0));
     const __m512i w13 = _mm512_shuffle_i32x4(u[2][m], u[3][m], _MM_SHUFFLE(3, 1, 3, 1));
-    const auto store = [&](int j, __m512i v) { _mm512_store_si512(dst + j * 4 * kR, v); };
+    const auto store = [&](int64_t j, __m512i v) { _mm512_store_si512(dst + j * 4 * kR, v); };
     store(m, _mm512_shuffle_i32x4(v02, w02, _MM_SHUFFLE(2, 0, 2, 0)));
     store(8 + m, _mm512_shuffle_i32x4(v02, w02, _MM_SHUFFLE(3, 1, 3, 1)));
     store(4 + m, _mm512_shuffle_i32x4(v13, w13, _MM_SHUFFLE(2, 0, 2, 0)));
@@ -274,10 +276,12 @@ void unpack_panel(const PackedWeight& w, int64_t panel, int group_size, UnpackRo
   alignas(64) RowTile tile = {};
   for (int64_t k0 = 0; k0 < kp; k0 += kTileCols) {
     const int64_t k1 = std::min<int64_t>(kp, k0 + kTileCols);
-    for (int r = 0; r < valid; ++r)
+    for (int r = 0; r < valid; ++r) {
       unpack(w.panel(panel) + r * w.row_bytes(), k0, k1, r, tile[r], out);
-    for (int64_t c = 0; c < k1 - k0; c += 64)
+    }
+    for (int64_t c = 0; c < k1 - k0; c += 64) {
       transpose_into_panel(&tile[0][c], out.quants + (k0 + c) / 4 * (4 * kR));
+    }
   }
 }
 
@@ -299,16 +303,18 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
     dx[t] = a.x_block_scale + (t0 + t) * (kp / A);
     xs[t] = a.x_group_sum + (t0 + t) * groups;
 #pragma GCC unroll 2
-    for (int i = 0; i < P; ++i)
+    for (int i = 0; i < P; ++i) {
       acc[i][t] = _mm512_setzero_ps();
+    }
   }
   for (int64_t blk = 0; blk < kp / A; ++blk) {
     __m512 bsum[P][T];
 #pragma GCC unroll 2
     for (int i = 0; i < P; ++i) {
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
+      for (int t = 0; t < T; ++t) {
         bsum[i][t] = _mm512_setzero_ps();
+      }
     }
     for (int64_t g = blk * kGroupsPerBlock; g < (blk + 1) * kGroupsPerBlock; ++g) {
       __m512i dot[P][T];
@@ -317,31 +323,35 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
       for (int t = 0; t < T; ++t) {
         const __m512i start = _mm512_set1_epi32(-kBias * xs[t][g]);
 #pragma GCC unroll 2
-        for (int i = 0; i < P; ++i)
+        for (int i = 0; i < P; ++i) {
           dot[i][t] = start;
+        }
       }
 #pragma GCC unroll 8
       for (int k = 0; k < S / 4; ++k) {
         __m512i wv[P];
 #pragma GCC unroll 2
-        for (int i = 0; i < P; ++i)
+        for (int i = 0; i < P; ++i) {
           wv[i] = _mm512_load_si512(pan[i].quants + (g * S / 4 + k) * (4 * kR));
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           int32_t x4;
           std::memcpy(&x4, xq[t] + g * S + k * 4, 4);
           const __m512i xb = _mm512_set1_epi32(x4);
 #pragma GCC unroll 2
-          for (int i = 0; i < P; ++i)
+          for (int i = 0; i < P; ++i) {
             dot[i][t] = _mm512_dpbusd_epi32(dot[i][t], wv[i], xb);
+          }
         }
       }
 #pragma GCC unroll 2
       for (int i = 0; i < P; ++i) {
         const __m512 sc = _mm512_load_ps(pan[i].scale + g * kR);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
+        for (int t = 0; t < T; ++t) {
           bsum[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][t]), sc, bsum[i][t]);
+        }
         if constexpr (kHasMin) {
           const __m512 off = _mm512_load_ps(pan[i].offset + g * kR);
 #pragma GCC unroll 4
@@ -355,8 +365,9 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
 #pragma GCC unroll 2
     for (int i = 0; i < P; ++i) {
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
+      for (int t = 0; t < T; ++t) {
         acc[i][t] = _mm512_fmadd_ps(bsum[i][t], _mm512_set1_ps(dx[t][blk]), acc[i][t]);
+      }
     }
   }
 #pragma GCC unroll 2
@@ -366,16 +377,18 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
     const auto m = static_cast<__mmask16>((1u << n) - 1);
     const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r0) : _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t)
+    for (int t = 0; t < T; ++t) {
       _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, m, _mm512_add_ps(acc[i][t], bias));
+    }
   }
 }
 
 template <int S, int A, int kBias, bool kHasMin, int P>
 void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) {
   int64_t t0 = 0;
-  for (; t0 + kTileTokens <= a.num_tokens; t0 += kTileTokens)
+  for (; t0 + kTileTokens <= a.num_tokens; t0 += kTileTokens) {
     gemm_tile<S, A, kBias, kHasMin, P, kTileTokens>(a, pan, panel0, t0);
+  }
   switch (a.num_tokens - t0) {
     case 3:
       gemm_tile<S, A, kBias, kHasMin, P, 3>(a, pan, panel0, t0);
@@ -441,18 +454,21 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
 double peak_int8_ops(int64_t num_iters) {
   constexpr int kChains = 12;
   __m512i acc[kChains];
-  for (int j = 0; j < kChains; ++j)
+  for (int j = 0; j < kChains; ++j) {
     acc[j] = _mm512_set1_epi32(j);
+  }
   const __m512i u = _mm512_set1_epi8(1);
   const __m512i s = _mm512_set1_epi8(2);
   for (int64_t i = 0; i < num_iters; ++i) {
 #pragma GCC unroll 12
-    for (int j = 0; j < kChains; ++j)
-      acc[j] = _mm512_dpbusd_epi32(acc[j], u, s);
+    for (__m512i& chain : acc) {
+      chain = _mm512_dpbusd_epi32(chain, u, s);
+    }
   }
   __m512i sum = acc[0];
-  for (int j = 1; j < kChains; ++j)
+  for (int j = 1; j < kChains; ++j) {
     sum = _mm512_add_epi32(sum, acc[j]);
+  }
   volatile int sink = _mm512_reduce_add_epi32(sum);
   (void)sink;
   // 16 lanes x 4 products, 2 ops per multiply-add.

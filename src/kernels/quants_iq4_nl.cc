@@ -16,10 +16,12 @@ constexpr float kGroupMaxEps = 1e-15f;
 // The index of the level nearest to x (ties to the upper one), as ggml's best_index_int8.
 int best_index(float x) {
   const int8_t* val = kIQ4NLValues;
-  if (x <= val[0])
+  if (x <= val[0]) {
     return 0;
-  if (x >= val[15])
+  }
+  if (x >= val[15]) {
     return 15;
+  }
   int ml = 0;
   int mu = 15;
   while (mu - ml > 1) {
@@ -80,10 +82,12 @@ void quantize_iq4_nl(const float* x, int64_t num_blocks, BlockIQ4_NL* y) {
     y[i].d = float_to_f16(scale);
     const float id = scale != 0 ? 1 / scale : 0.0f;
     uint8_t levels[kBlock];
-    for (int j = 0; j < kBlock; ++j)
+    for (int j = 0; j < kBlock; ++j) {
       levels[j] = static_cast<uint8_t>(best_index(id * x[j]));
-    for (int j = 0; j < 16; ++j)
+    }
+    for (int j = 0; j < 16; ++j) {
       y[i].qs[j] = static_cast<uint8_t>(levels[j] | (levels[j + 16] << 4));
+    }
   }
 }
 
