@@ -85,6 +85,8 @@ struct KernelTable {
   float (*exp_sum)(float* x, int64_t n, float scale, float shift) = nullptr;
   // The largest x[i], NaN ignored; -inf when there is none (n >= 0).
   float (*max_value)(const float* x, int64_t n) = nullptr;
+  // quantize_row_q8_k (quants.h), the same bits as its scalar reference; null: that reference.
+  void (*quantize_q8_k)(const float* x, int64_t num_values, BlockQ8K* out) = nullptr;
   // Register-only multiply-add loops for the peak baselines; return the flops done.
   double (*peak_fma_flops)(int64_t num_iters) = nullptr;
   double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/kernel_table.h"
@@ -285,6 +286,41 @@ void axpy(float s, const T* x, float* y, int64_t n) {
 
 #include "kernels/row_blocks.inc"
 
+// ggml's quantize_row_q8_K_ref, vectorised with the same bits: the value of largest magnitude
+// (the first one, as the reference's strict > keeps), q = min(127, round-half-even(x * iscale))
+// (vcvtps2dq under the default rounding = nearest_int for |v| <= 127), sums of each 16.
+void quantize_q8_k(const float* x, int64_t num_values, BlockQ8K* y) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t i = 0; i < num_values / kQKBlockSize; ++i, x += kQKBlockSize) {
+    __m512 vmax = _mm512_setzero_ps();
+    for (int j = 0; j < kQKBlockSize; j += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_and_ps(_mm512_loadu_ps(x + j), abs_mask));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    if (amax == 0) {
+      std::memset(&y[i], 0, sizeof(BlockQ8K));
+      continue;
+    }
+    float max = 0;
+    for (int j = 0; j < kQKBlockSize; j += 16) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_loadu_ps(x + j), abs_mask),
+                                               _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (hit != 0) {
+        max = x[j + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 vs = _mm512_set1_ps(iscale);
+    for (int j = 0; j < kQKBlockSize; j += 16) {
+      const __m512i q = _mm512_min_epi32(
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), vs)), _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + j), _mm512_cvtepi32_epi8(q));
+      y[i].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
 // y's 64-value runs stay in registers across the block's rows.
 template <typename T>
 void axpy_rows(const float* p, const T* rows, int64_t stride, int n, int64_t dim, float* y) {
@@ -409,6 +445,7 @@ void fill_avx512(KernelTable* t) {
   t->axpy_bf16 = axpy<uint16_t>;
   t->dot_rows_bf16 = dot_rows<uint16_t>;
   t->axpy_rows_bf16 = axpy_rows<uint16_t>;
+  t->quantize_q8_k = quantize_q8_k;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;

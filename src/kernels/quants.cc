@@ -633,6 +633,11 @@ void quantize_row(DType dtype, const float* x, int64_t num_values, void* out) {
 }
 
 void quantize_row_q8_k(const float* x, int64_t num_values, BlockQ8K* y) {
+  if (const auto fn = internal::active_table().quantize_q8_k; fn != nullptr) {
+    fn(x, num_values, y);
+    return;
+  }
+  // ggml's quantize_row_q8_K_ref.
   for (int64_t i = 0; i < num_values / kQKBlockSize; ++i, x += kQKBlockSize) {
     float max = 0;
     float amax = 0;

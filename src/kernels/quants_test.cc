@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,38 @@ TEST(QuantsTest, Q8KActivationsFollowGgml) {
                   0.5f * y[b].d * 1.0001f);
       }
       EXPECT_EQ(y[b].bsums[g], sum);
+    }
+  }
+}
+
+// The vector Q8_K quantiser gives the scalar reference's bits on every ISA: random rows, a block
+// whose largest magnitude appears twice with opposite signs (the first wins), ties at .5 after
+// scaling, and an all-zero block.
+TEST(QuantsTest, Q8KQuantiserIsExactOnEveryIsa) {
+  std::vector<float> x = random_floats(256 * 6, 17, -3, 3);
+  x[256 + 10] = -4.0f;
+  x[256 + 200] = 4.0f;
+  for (int j = 0; j < 256; ++j)
+    x[512 + j] = (static_cast<float>(j % 9) - 4.0f) * (127.0f / 254.0f);  // k + 0.5 steps
+  x[512 + 3] = 127.0f / 127.0f * 4.0f;
+  for (int j = 0; j < 256; ++j)
+    x[768 + j] = 0.0f;
+  std::vector<BlockQ8K> want(6);
+  {
+    ScopedIsa scoped(Isa::kPortable);
+    quantize_row_q8_k(x.data(), 256 * 6, want.data());
+  }
+  EXPECT_EQ(want[1].qs[10], -127);  // -4 is the first largest magnitude: iscale = 127 / 4
+  EXPECT_EQ(want[1].qs[200], 127);
+  for (Isa isa : available_isas()) {
+    ScopedIsa scoped(isa);
+    std::vector<BlockQ8K> got(6);
+    quantize_row_q8_k(x.data(), 256 * 6, got.data());
+    for (int b = 0; b < 6; ++b) {
+      EXPECT_EQ(got[b].d, want[b].d) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(std::memcmp(got[b].qs, want[b].qs, sizeof(want[b].qs)), 0) << isa_name(isa) << b;
+      EXPECT_EQ(std::memcmp(got[b].bsums, want[b].bsums, sizeof(want[b].bsums)), 0)
+          << isa_name(isa) << " block " << b;
     }
   }
 }
