@@ -126,8 +126,9 @@ constexpr int ggml_gemm_group_size(DType dtype) {
   return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
 }
 // Fewer tokens than this take the row dots: unpacking the panels costs about one pass over the
-// weight.
-constexpr int64_t kGgmlGemmMinTokens = 8;
+// weight, which 4 tokens (one pass of the row dots) do not repay; from 5 tokens (two passes) on
+// the GEMM wins (Q5_0 5-7 tokens: about half the time).
+constexpr int64_t kGgmlGemmMinTokens = 5;
 
 // Q8_0 activation quantisation (ggml's quantize_row_q8_0 with an f32 scale): n % 32 == 0.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);
