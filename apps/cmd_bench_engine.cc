@@ -286,8 +286,9 @@ int run_bench_engine(const std::vector<std::string>& args) {
                                                                    : kernels::WeightFormat::kBF16;
   const double peak_gflops = kernels::measure_peak_gflops(pool, peak_format);
   // Quantised matrices multiply on int8 dot products (vpdpbusd): that peak judges their prefill.
-  const bool quantised = loaded.model->weight_format() != kernels::WeightFormat::kF32 &&
-                         loaded.model->weight_format() != kernels::WeightFormat::kBF16;
+  const kernels::WeightFormat matrices = loaded.model->matrix_format();
+  const bool quantised =
+      matrices != kernels::WeightFormat::kF32 && matrices != kernels::WeightFormat::kBF16;
   const double peak_int8_gops = quantised ? kernels::measure_peak_int8_gops(pool) : 0.0;
 
   DecodeFigures best1, best_n;

@@ -314,8 +314,10 @@ void quantize_q8_k(const float* x, int64_t num_values, BlockQ8K* y) {
     for (int j = 0; j < kQKBlockSize; j += 16) {
       const __m512i q = _mm512_min_epi32(
           _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), vs)), _mm512_set1_epi32(127));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + j), _mm512_cvtepi32_epi8(q));
-      y[i].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+      // The sums are of the stored bytes (a block below ~4e-37 has an infinite iscale).
+      const __m128i q8 = _mm512_cvtepi32_epi8(q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + j), q8);
+      y[i].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8)));
     }
     y[i].d = 1 / iscale;
   }

@@ -427,6 +427,10 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
       amax = std::max(amax, std::fabs(xb[i]));
     float d = amax / 127.0f;
     float id = d != 0 ? 1.0f / d : 0.0f;
+    if (!std::isfinite(id)) {  // a block of values below ~4e-37: d is denormal, 1 / d overflows
+      d = 0;
+      id = 0;
+    }
     // Round to nearest (ties to even) through the float mantissa, as ggml's nearest_int:
     // exact for |v| <= 127, and a loop the compiler vectorises (std::lround is a libm call per
     // value, which made quantising the activations a third of a Q5_0 prefill matmul).

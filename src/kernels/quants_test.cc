@@ -187,9 +187,44 @@ TEST(QuantsTest, Q8KActivationsFollowGgml) {
   }
 }
 
+// Activations so small that 1 / scale overflows (|x| < ~4e-37, e.g. silu of a very negative
+// gate) quantise as a zero block: quants and sums 0, not -2^22 per value (which overflowed the
+// GEMM's -bias * sum), and the matmuls give 0.
+TEST(QuantsTest, DenormalActivationBlocksQuantiseToZero) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i)
+    x[i] = (i % 2 != 0 ? 1e-38f : -1e-38f) * static_cast<float>(1 + i % 5);
+  std::vector<int8_t> q(64);
+  std::vector<float> scale(2);
+  std::vector<int32_t> sum(2);
+  internal::quantize_row_q8(x.data(), 64, q.data(), scale.data(), sum.data());
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_EQ(sum[b], 0);
+    EXPECT_EQ(scale[b], 0.0f);
+  }
+  for (int8_t v : q)
+    EXPECT_EQ(v, 0);
+  ThreadPool pool(2);
+  const std::vector<float> wf = random_floats(17 * 64, 5);
+  std::vector<float> xs(9 * 64);
+  for (size_t i = 0; i < xs.size(); ++i)
+    xs[i] = x[i % 64];
+  for (DType t : {DType::kQ8_0, DType::kQ5_0, DType::kIQ4_NL}) {
+    Result<PackedWeight> w = pack_weight(wf.data(), DType::kF32, 17, 64, *native_weight_format(t));
+    ASSERT_TRUE(w.is_ok());
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> y(9 * 17, 1.0f);
+      matmul(xs.data(), 9, *w, nullptr, y.data(), pool);
+      for (float v : y)
+        ASSERT_EQ(v, 0.0f) << dtype_name(t) << " on " << isa_name(isa);
+    }
+  }
+}
+
 // The vector Q8_K quantiser gives the scalar reference's bits on every ISA: random rows, a block
 // whose largest magnitude appears twice with opposite signs (the first wins), ties at .5 after
-// scaling, and an all-zero block.
+// scaling, an all-zero block and one of values so small that iscale is infinite.
 TEST(QuantsTest, Q8KQuantiserIsExactOnEveryIsa) {
   std::vector<float> x = random_floats(256 * 6, 17, -3, 3);
   x[256 + 10] = -4.0f;
@@ -197,8 +232,10 @@ TEST(QuantsTest, Q8KQuantiserIsExactOnEveryIsa) {
   for (int j = 0; j < 256; ++j)
     x[512 + j] = (static_cast<float>(j % 9) - 4.0f) * (127.0f / 254.0f);  // k + 0.5 steps
   x[512 + 3] = 127.0f / 127.0f * 4.0f;
-  for (int j = 0; j < 256; ++j)
+  for (int j = 0; j < 256; ++j) {
     x[768 + j] = 0.0f;
+    x[1024 + j] = (j % 3 == 0 ? -2e-38f : 1e-38f);  // iscale overflows to inf
+  }
   std::vector<BlockQ8K> want(6);
   {
     ScopedIsa scoped(Isa::kPortable);
@@ -331,6 +368,15 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
       }
     }
   }
+}
+
+// The ggml GEMM sits in the VNNI table exactly when the CPU has it (matmul's 5+ token calls on
+// ggml rows then go through it; the lower tables keep the row dots).
+TEST(QuantsTest, GgmlGemmIsInTheVnniTableOnly) {
+  EXPECT_EQ(internal::kernel_table(Isa::kAvx512Bf16).gemm_ggml != nullptr,
+            detected_isa() >= Isa::kAvx512Bf16);
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    EXPECT_EQ(internal::kernel_table(isa).gemm_ggml, nullptr) << isa_name(isa);
 }
 
 TEST(QuantsTest, PackRejectsPartialBlocks) {

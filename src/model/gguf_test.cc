@@ -351,6 +351,30 @@ TEST_F(GgufTest, UnsupportedTensorTypeNamesTensorAndType) {
   EXPECT_TRUE((*gguf)->get("model.norm.weight").is_ok());
 }
 
+// llama-quantize's IQ4_NL file type: attn_v in Q5_K (Llama-3.2-1B: 32 heads over 8 KV heads),
+// ffn_down of layers 0-1 (of 16) in Q5_K, the output Q6_K, the rest IQ4_NL.
+TEST(GgufTypesTest, Iq4NlFileTypeFollowsLlamaQuantize) {
+  ModelConfig c = find_model_preset("llama-3.2-1b")->config;
+  const GgufWeightType iq4 = *parse_gguf_weight_type("iq4_nl");
+  EXPECT_EQ(gguf_file_type(iq4), 25u);
+  auto type = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return gguf_tensor_dtype(iq4, c, name, shape);
+  };
+  EXPECT_EQ(type("model.embed_tokens.weight", {128256, 2048}), DType::kQ6_K);
+  for (int l = 0; l < 16; ++l) {
+    const std::string layer = "model.layers." + std::to_string(l);
+    EXPECT_EQ(type(layer + ".self_attn.v_proj.weight", {512, 2048}), DType::kQ5_K) << l;
+    EXPECT_EQ(type(layer + ".self_attn.q_proj.weight", {2048, 2048}), DType::kIQ4_NL) << l;
+    EXPECT_EQ(type(layer + ".mlp.down_proj.weight", {2048, 8192}),
+              l < 2 ? DType::kQ5_K : DType::kIQ4_NL)
+        << l;
+  }
+  c.num_key_value_heads = c.num_attention_heads / 2;  // 2 heads per KV head: no bump
+  EXPECT_EQ(type("model.layers.3.self_attn.v_proj.weight", {1024, 2048}), DType::kIQ4_NL);
+  EXPECT_EQ(type("model.layers.0.self_attn.v_proj.weight", {1024, 96}), DType::kIQ4_NL);
+  EXPECT_EQ(type("model.layers.0.mlp.down_proj.weight", {2048, 96}), DType::kQ5_1);  // fallback
+}
+
 // llama-quantize's choices per tensor, on a model whose rows are whole 256-value blocks.
 TEST(GgufTypesTest, TensorTypesFollowLlamaQuantize) {
   ModelConfig c = find_model_preset("llama-3.2-1b")->config;  // 16 layers, tied, 2048 / 8192

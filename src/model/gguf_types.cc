@@ -130,6 +130,17 @@ DType gguf_tensor_dtype(const GgufWeightType& type, const ModelConfig& config,
                          (config.tie_word_embeddings && hf_name == "model.embed_tokens.weight");
   if (is_output && out != DType::kQ8_0) {
     out = DType::kQ6_K;
+  } else if (out == DType::kIQ4_NL) {
+    // llama-quantize's IQ4_NL file type without an importance matrix: attn_v in Q5_K when 4+
+    // query heads share a KV head, ffn_down of the first eighth of the layers in Q5_K.
+    const int64_t layer = layer_index(hf_name);
+    const bool v_proj = ends_with(hf_name, ".self_attn.v_proj.weight") &&
+                        config.num_key_value_heads > 0 &&
+                        config.num_attention_heads / config.num_key_value_heads >= 4;
+    const bool early_down = ends_with(hf_name, ".mlp.down_proj.weight") && layer >= 0 &&
+                            layer < config.num_hidden_layers / 8;
+    if (v_proj || early_down)
+      out = DType::kQ5_K;
   } else if (type.mix == GgufWeightType::Mix::kKM) {
     const int64_t layer = layer_index(hf_name);
     if (layer >= 0 &&

@@ -267,9 +267,7 @@ std::string format_label(kernels::WeightFormat format) {
 
 }  // namespace
 
-std::string Transformer::weight_format_name() const {
-  // A GGUF file may mix block types per tensor (llama-quantize's _M mixes, its fallbacks for
-  // rows that are no multiple of 256): name them all, the largest share of bytes first.
+std::vector<std::pair<int64_t, kernels::WeightFormat>> Transformer::matrix_format_shares() const {
   std::vector<std::pair<int64_t, kernels::WeightFormat>> shares;
   const auto add = [&](const kernels::PackedWeight& w) {
     for (auto& share : shares) {
@@ -285,11 +283,24 @@ std::string Transformer::weight_format_name() const {
       add(*w);
   }
   add(lm_head_);
-  if (shares.size() <= 1) {
-    const std::string label = format_label(format_);
-    return kernels::ggml_row_dtype(format_) ? "GGUF " + label : label;
-  }
   std::sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a > b; });
+  return shares;
+}
+
+kernels::WeightFormat Transformer::matrix_format() const {
+  const auto shares = matrix_format_shares();
+  return shares.empty() ? format_ : shares.front().second;
+}
+
+std::string Transformer::weight_format_name() const {
+  // A GGUF file may mix block types per tensor (llama-quantize's _M mixes, its fallbacks for
+  // rows that are no multiple of 256): name them all, the largest share of bytes first.
+  const auto shares = matrix_format_shares();
+  if (shares.size() <= 1) {
+    const kernels::WeightFormat format = shares.empty() ? format_ : shares.front().second;
+    const std::string label = format_label(format);
+    return kernels::ggml_row_dtype(format) ? "GGUF " + label : label;
+  }
   std::string mix = "mixed";
   for (const auto& [bytes, format] : shares) {
     mix.append(" ").append(format_label(format)).append(" ");

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -63,6 +65,10 @@ class Transformer {
   // The part of num_weight_params() in lm_head, which a prefill runs for its last token only.
   int64_t num_lm_head_params() const { return lm_head_.rows() * lm_head_.cols(); }
   kernels::WeightFormat weight_format() const { return format_; }
+  // The format holding most bytes of the packed matrices (a GGUF may mix them per tensor; the
+  // embedding's type, weight_format(), need not be among them).
+  kernels::WeightFormat matrix_format() const;
+  // "BF16", "GGUF Q4_K", or "mixed Q5_0 41% Q8_0 39% ..." by bytes.
   std::string weight_format_name() const;
   // A 64-bit hash of the weights as loaded: every norm and bias vector whole, and the shape,
   // format and first and last bytes of every matrix and of the embedding table. Computed once
@@ -92,6 +98,8 @@ class Transformer {
   Status load_weights(const TransformerOptions& options);
   uint64_t compute_weights_fingerprint() const;
   void embed(std::span<const int32_t> token_ids, float* out) const;
+  // (bytes, format) of the packed matrices, largest first.
+  std::vector<std::pair<int64_t, kernels::WeightFormat>> matrix_format_shares() const;
 
   ModelFiles files_;
   ThreadPool& pool_;
@@ -101,6 +109,7 @@ class Transformer {
   TensorView embed_tokens_;  // raw view into the mapped file, converted row by row
   std::unique_ptr<kernels::RopeTable> rope_;
   kernels::WeightFormat format_ = kernels::WeightFormat::kBF16;
+
   uint64_t weights_fingerprint_ = 0;
   int64_t num_weight_bytes_ = 0;
   int64_t num_weight_params_ = 0;
