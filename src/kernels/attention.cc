@@ -52,6 +52,26 @@ struct KvOps {
     else
       ops.axpy_q8_0(a, reinterpret_cast<const Q8Block*>(v), y, n);
   }
+  // The same over the n rows of a key block, `row_bytes` apart: out[j] = scale * dot(q, row j);
+  // y += sum_j p[j] * row j. The bf16 cache (the default) has one-call forms in the table.
+  void dot_block(const float* q, const std::byte* k, int64_t row_bytes, int n, int64_t dim,
+                 float scale, float* out) const {
+    if constexpr (D == KvDtype::kBf16) {
+      ops.dot_rows_bf16(q, reinterpret_cast<const uint16_t*>(k), row_bytes / 2, n, dim, scale, out);
+    } else {
+      for (int j = 0; j < n; ++j)
+        out[j] = dot(q, k + j * row_bytes, dim) * scale;
+    }
+  }
+  void axpy_block(const float* p, const std::byte* v, int64_t row_bytes, int n, int64_t dim,
+                  float* y) const {
+    if constexpr (D == KvDtype::kBf16) {
+      ops.axpy_rows_bf16(p, reinterpret_cast<const uint16_t*>(v), row_bytes / 2, n, dim, y);
+    } else {
+      for (int j = 0; j < n; ++j)
+        axpy(p[j], v + j * row_bytes, y, dim);
+    }
+  }
 };
 
 template <KvDtype D>
@@ -107,13 +127,7 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
           const float* qh = q + (row * num_heads + head) * head_dim;
           float* oh = out + (row * num_heads + head) * head_dim;
           float block_max = -std::numeric_limits<float>::infinity();
-          if constexpr (D == KvDtype::kBf16) {
-            ops.dot_rows_bf16(qh, reinterpret_cast<const uint16_t*>(k_base), kv_row / 2, n,
-                              head_dim, scale, scores.data());
-          } else {
-            for (int j = 0; j < n; ++j)
-              scores[j] = kv_ops.dot(qh, k_base + j * kv_row, head_dim) * scale;
-          }
+          kv_ops.dot_block(qh, k_base, kv_row, n, head_dim, scale, scores.data());
           for (int j = 0; j < n; ++j)
             block_max = std::max(block_max, scores[j]);
           const float new_max = std::max(max_score[h], block_max);
@@ -125,13 +139,7 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
           max_score[h] = new_max;
           // The block's weights exp(score - max) at once (the table's vector exp).
           sum[h] += ops.exp_sum(scores.data(), n, 1.0f, new_max);
-          if constexpr (D == KvDtype::kBf16) {
-            ops.axpy_rows_bf16(scores.data(), reinterpret_cast<const uint16_t*>(v_base), kv_row / 2,
-                               n, head_dim, oh);
-          } else {
-            for (int j = 0; j < n; ++j)
-              kv_ops.axpy(scores[j], v_base + j * kv_row, oh, head_dim);
-          }
+          kv_ops.axpy_block(scores.data(), v_base, kv_row, n, head_dim, oh);
         }
       }
       for (int h = 0; h < group; ++h) {

@@ -117,45 +117,44 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
 }
 
 // The ggml GEMM's activations (MatmulArgs::x_block_scale, x_group_sum) from the row dots' form
-// in *args: flat int8 quants (copied out of the Q8_K blocks for the K-quants), the activation
-// block scales and the quant sums per weight scale group.
+// in *args. The legacy types' Q8_0 blocks are their scale groups, so their scales and sums serve
+// as they are; the K-quants' Q8_K blocks give flat int8 quants, one scale per block and the sums
+// of each weight scale group (16 or 32 values) from the 16-value sums.
 void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& pool,
                         MatmulArgs* args, std::vector<int8_t>* xq, std::vector<float>* block_scale,
                         std::vector<int32_t>* group_sum) {
   const int group = internal::ggml_gemm_group_size(type);
-  const int64_t groups = kp / group;
-  group_sum->resize(num_tokens * groups);
-  const bool k_quant = args->x_q8k != nullptr;
-  const int64_t nb = kp / kQKBlockSize;
-  if (k_quant) {
-    xq->resize(num_tokens * kp);
-    block_scale->resize(num_tokens * nb);
+  args->group_size = group;
+  if (args->x_q8k == nullptr) {
+    args->x_block_scale = args->x_scale;
+    args->x_group_sum = args->x_sum;
+    return;
   }
+  const int64_t groups = kp / group;
+  const int64_t nb = kp / kQKBlockSize;
+  const int per_block = kQKBlockSize / group;
+  group_sum->resize(num_tokens * groups);
+  xq->resize(num_tokens * kp);
+  block_scale->resize(num_tokens * nb);
   pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int32_t* sum = group_sum->data() + t * groups;
-      if (k_quant) {
-        const int per_block = kQKBlockSize / group;
-        for (int64_t b = 0; b < nb; ++b) {
-          const BlockQ8K& blk = args->x_q8k[t * nb + b];
-          std::memcpy(xq->data() + t * kp + b * kQKBlockSize, blk.qs, kQKBlockSize);
-          (*block_scale)[t * nb + b] = blk.d;
-          for (int g = 0; g < per_block; ++g) {
-            int32_t s = 0;
-            for (int j = g * group / 16; j < (g + 1) * group / 16; ++j)
-              s += blk.bsums[j];
-            sum[b * per_block + g] = s;
-          }
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ8K& blk = args->x_q8k[t * nb + b];
+        std::memcpy(xq->data() + t * kp + b * kQKBlockSize, blk.qs, kQKBlockSize);
+        (*block_scale)[t * nb + b] = blk.d;
+        for (int g = 0; g < per_block; ++g) {
+          int32_t s = 0;
+          for (int j = g * group / 16; j < (g + 1) * group / 16; ++j)
+            s += blk.bsums[j];
+          sum[b * per_block + g] = s;
         }
-      } else {
-        std::memcpy(sum, args->x_sum + t * groups, groups * sizeof(int32_t));
       }
     }
   });
   args->xq = xq->data();
-  args->x_block_scale = k_quant ? block_scale->data() : args->x_scale;
+  args->x_block_scale = block_scale->data();
   args->x_group_sum = group_sum->data();
-  args->group_size = group;
 }
 
 }  // namespace
