@@ -884,13 +884,27 @@ Status Tokenizer::Impl::load_decoder(const Json& d, bool top_level) {
     return Status::ok();  // the output is always the concatenation
   }
   if (type == "Strip") {
-    const std::string content = d.value("content", "");
-    if (d.value("stop", 0) != 0 || !strip_char.empty()) {
+    // Each count is type-checked before it is read: value<int>() of a float such as 1e300 is an
+    // out-of-range conversion, and a negative start would wrap to a huge size_t.
+    auto count = [&](const char* key) -> Result<size_t> {
+      auto it = d.find(key);
+      if (it == d.end())
+        return size_t{0};
+      if (!it->is_number_unsigned() || it->get<uint64_t>() > 64)
+        return invalid_argument(std::string("tokenizer.json: Strip decoder '") + key +
+                                "' must be an integer in 0..64");
+      return static_cast<size_t>(it->get<uint64_t>());
+    };
+    auto content = d.find("content");
+    if (content == d.end() || !content->is_string())
+      return invalid_argument("tokenizer.json: Strip decoder has no string 'content'");
+    ASSIGN_OR_RETURN(size_t stop, count("stop"));
+    if (stop != 0 || !strip_char.empty()) {
       return unsupported("Strip decoder with stop > 0");
     }
     // Without a preceding Fuse, Strip applies to every token: not supported.
-    strip_char = content;
-    strip_start = d.value("start", 0);
+    strip_char = content->get<std::string>();
+    ASSIGN_OR_RETURN(strip_start, count("start"));
     return Status::ok();
   }
   return unsupported("decoder type '" + type + "'");

@@ -290,6 +290,16 @@ TEST(TokenizerTest, MalformedAndUnsupportedFilesAreClearErrors) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("WordPiece"), std::string::npos);
 
+  // The Strip decoder's counts are checked by type: a float or a negative start is refused
+  // (value<int>() of 1e300 was an out-of-range conversion, a negative one wrapped).
+  for (const char* start : {"1e300", "-1", "1.5", "\"1\""}) {
+    bad = j;
+    bad["decoder"]["decoders"][3]["start"] = Json::parse(start);
+    r = Tokenizer::from_json(bad.dump());
+    ASSERT_FALSE(r.is_ok()) << start;
+    EXPECT_NE(r.status().message().find("'start'"), std::string::npos) << r.status().to_string();
+  }
+
   bad = j;
   bad["model"]["vocab"] = 5;
   EXPECT_FALSE(Tokenizer::from_json(bad.dump()).is_ok());

@@ -285,6 +285,21 @@ TEST_P(EngineTest, DescriptorRoundTripsAndRejectsGarbage) {
   EXPECT_FALSE(SegmentDescriptor::parse(R"({"version":1,"engine_name":"x","transport":"pigeon",
       "address":"tcp:1.2.3.4:5","regions":[]})")
                    .is_ok());
+  // Numbers of the wrong kind are refused by type, never converted: nlohmann's get<int64_t>()
+  // of 1e300 is undefined behaviour (control_frame_fuzz found the version field).
+  const std::string head = R"({"engine_name":"x","transport":"tcp","address":"tcp:1.2.3.4:5",)";
+  for (const char* tail :
+       {R"("version":1e300,"regions":[]})", R"("version":1.0,"regions":[]})",
+        R"("version":-1,"regions":[]})", R"("version":1,"regions":{"id":1,"length":2}})",
+        R"("version":1,"regions":[7]})", R"("version":1,"regions":[{"id":1e300,"length":2}]})",
+        R"("version":1,"regions":[{"id":1,"length":-2e300}]})",
+        R"("version":1,"regions":[{"id":-1,"length":2}]})",
+        R"("version":1,"regions":[{"id":1,"length":2.5}]})",
+        R"("version":1,"transport_info":5,"regions":[]})"}) {
+    auto bad = SegmentDescriptor::parse(head + tail);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << tail;
+    EXPECT_FALSE(bad.status().message().empty()) << tail;
+  }
 }
 
 // The transport-parametrised tests run over available_transports(), so a build that lost UCX
