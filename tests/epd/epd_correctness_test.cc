@@ -121,6 +121,7 @@ class EpdCorrectnessTest : public ::testing::TestWithParam<std::string> {
     ServeProcess decode(model_args({"--role", "decode"}));
     ProxyProcess proxy({"--prefill", url_of(prefill.port()), std::to_string(bootstrap_port),
                         "--decode", url_of(decode.port())});
+    wait_until_healthy(proxy.port(), "the 1P1D proxy");
     for (const Prompt& prompt : *prompts_) {
       colocated_wants_->push_back(post_json(colocated.port(), body_of(prompt)));
       pd_wants_->push_back(post_json(proxy.port(), body_of(prompt)));
@@ -183,6 +184,8 @@ TEST_P(EpdCorrectnessTest, OneE1P1DAndOneE1PDEqualColocated) {
   ProxyProcess disagg({"--encode", url_of(encoder.port()), "--prefill", url_of(prefill.port()),
                        std::to_string(bootstrap_port), "--decode", url_of(decode.port())});
   ProxyProcess colocated_pd({"--encode", url_of(encoder.port()), "--pd", url_of(pd.port())});
+  wait_until_healthy(disagg.port(), "the 1E1P1D proxy");
+  wait_until_healthy(colocated_pd.port(), "the 1E1PD proxy");
 
   int num_images = 0;
   int num_pulls = 0;

@@ -111,6 +111,7 @@ TEST_F(EpdDiskTest, FilesReadByPrefillGiveTheColocatedAnswer) {
 
 TEST_F(EpdDiskTest, ThroughTheProxyEqualsColocated) {
   ProxyProcess proxy({"--encode", url_of(encoder_->port()), "--pd", url_of(both_->port())});
+  wait_until_healthy(proxy.port(), "the 1E1PD proxy");
   int n = 0;
   for (const auto& urls : prompts()) {
     json body = chat_body_of_urls(urls, "Describe " + std::to_string(n) + ".");

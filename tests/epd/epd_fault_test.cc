@@ -99,6 +99,7 @@ TEST_F(EpdFaultTest, FullPoolOfReservedTensorsAnswers503WithoutEvicting) {
   ServeProcess encoder(model_args(
       {"--role", "encode", "--ec-pool-size", "16KiB", "--ec-reservation-timeout-s", "20"}));
   ProxyProcess proxy({"--encode", url_of(encoder.port()), "--pd", url_of(pd_->port())});
+  wait_until_healthy(proxy.port(), "the 1E1PD proxy");
   const json held = body_with({image(101), image(102)});
   Reply e = post_json(encoder.port(), held);
   ASSERT_EQ(e.status, 200) << e.error << e.body.dump();
@@ -222,6 +223,7 @@ TEST_F(EpdFaultTest, UnpulledReservationExpiresAndGivesItsBytesBack) {
 TEST_F(EpdFaultTest, SameImageInEightConcurrentRequestsIsEncodedOnce) {
   ServeProcess encoder(model_args({"--role", "encode"}));
   ProxyProcess proxy({"--encode", url_of(encoder.port()), "--pd", url_of(pd_->port())});
+  wait_until_healthy(proxy.port(), "the 1E1PD proxy");
   constexpr int kRequests = 8;
   const json body = body_with({png_data_url(300, 300, 301)});
   std::vector<Reply> encoded(kRequests);
@@ -471,6 +473,7 @@ TEST_F(EpdFaultTest, SilentEncoderFailsThePullWithinTheTransferTimeout) {
 TEST_F(EpdFaultTest, PrefillRefusesOrNeverPullsAndTheReservationEnds) {
   ServeProcess encoder(model_args({"--role", "encode", "--ec-reservation-timeout-s", "1.5"}));
   ProxyProcess proxy({"--encode", url_of(encoder.port()), "--pd", url_of(pd_->port())});
+  wait_until_healthy(proxy.port(), "the 1E1PD proxy");
   const int nobody = free_port();
   ProxyProcess to_nobody({"--encode", url_of(encoder.port()), "--pd", url_of(nobody)});
   const double pulled = metric(pd_->port(), "crescent_ec_images_pulled_total");

@@ -320,6 +320,7 @@ TEST_F(EpdServeTest, ThroughTheProxyEqualsColocated) {
                       "--prefill", "http://127.0.0.1:" + std::to_string(prefill.port()),
                       std::to_string(bootstrap_port), "--decode",
                       "http://127.0.0.1:" + std::to_string(decode.port())});
+  wait_until_healthy(proxy.port(), "the 1E1P1D proxy");
   const double pulled_before = metric(prefill.port(), "crescent_ec_images_pulled_total");
   int num_images = 0;
   for (const auto& names : std::vector<std::vector<std::string>>{

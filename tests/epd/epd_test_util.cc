@@ -128,6 +128,18 @@ double wait_for_metric(int port, const std::string& name, double value,
   return v;
 }
 
+void wait_until_healthy(int port, const std::string& what, std::chrono::milliseconds timeout) {
+  const Deadline deadline = Deadline::after(timeout);
+  int status = 0;
+  std::string body = http_get(port, "/health", &status);
+  while (status != 200 && !deadline.is_expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    body = http_get(port, "/health", &status);
+  }
+  EXPECT_EQ(status, 200) << what << " on port " << port << " was not healthy in " << timeout.count()
+                         << " ms: " << body;
+}
+
 std::string text_of(const Reply& r) {
   return r.body["choices"][0]["message"]["content"].get<std::string>();
 }

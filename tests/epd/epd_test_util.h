@@ -48,6 +48,12 @@ double metric(int port, const std::string& name);
 double wait_for_metric(int port, const std::string& name, double value,
                        std::chrono::milliseconds timeout);
 
+// Polls GET /health until it answers 200 (a proxy answers 503 until it has polled every
+// upstream; a loaded machine can take seconds). A test failure naming `what`, with the last
+// answer, when `timeout` passes first.
+void wait_until_healthy(int port, const std::string& what,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(60'000));
+
 std::string text_of(const Reply& r);
 
 // The answers are 200 with the same text, tokens and top logprobs (logprobs within tolerance).
