@@ -130,7 +130,8 @@ constexpr int ggml_gemm_group_size(DType dtype) {
 // the GEMM wins (Q5_0 5-7 tokens: about half the time).
 constexpr int64_t kGgmlGemmMinTokens = 5;
 
-// Q8_0 activation quantisation (ggml's quantize_row_q8_0 with an f32 scale): n % 32 == 0.
+// Q8_0 activation quantisation (ggml's quantize_row_q8_0; the scale rounded to f16 as its
+// block_q8_0 stores it, returned as f32): n % 32 == 0.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);
 
 // Panel layout helpers (see docs/kernels.md).

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -218,6 +219,32 @@ TEST(QuantsTest, DenormalActivationBlocksQuantiseToZero) {
       matmul(xs.data(), 9, *w, nullptr, y.data(), pool);
       for (float v : y)
         ASSERT_EQ(v, 0.0f) << dtype_name(t) << " on " << isa_name(isa);
+    }
+  }
+}
+
+// The Q8_0 activation scale is ggml's: amax / 127 rounded to f16 (its block_q8_0 field), with
+// the quants from the unrounded scale; a scale past f16's range stays f32 rather than inf.
+TEST(QuantsTest, Q8ActivationScaleIsRoundedToF16) {
+  std::vector<float> x = random_floats(96, 23, -3, 3);
+  for (int i = 64; i < 96; ++i)
+    x[i] *= 1e7f;  // amax / 127 above 65504
+  std::vector<int8_t> q(96);
+  std::vector<float> scale(3);
+  std::vector<int32_t> sum(3);
+  internal::quantize_row_q8(x.data(), 96, q.data(), scale.data(), sum.data());
+  for (int b = 0; b < 3; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i)
+      amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float expected = b < 2 ? f16_to_float(float_to_f16(d)) : d;
+    EXPECT_EQ(scale[b], expected) << "block " << b;
+    if (b < 2) {
+      EXPECT_NE(scale[b], d) << "random scales are not f16 values";
+    }
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(q[b * 32 + i], static_cast<int8_t>(std::nearbyint(x[b * 32 + i] * (1.0f / d))));
     }
   }
 }
