@@ -310,8 +310,11 @@ std::vector<float> effective_acts(DType t, const std::vector<float>& x, Quantize
 }
 
 TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
-  for (int64_t n : {256, 256 * 7}) {
+  // 416 = 13 legacy blocks: one run of eight and a tail of five for the VNNI legacy kernel.
+  for (int64_t n : {256, 256 * 7, 416}) {
     for (DType t : kTypes) {
+      if (n % dtype_block_size(t) != 0)
+        continue;
       const std::vector<float> w = random_floats(n, 21);
       const std::vector<uint8_t> wq = quantize(t, w);
       const std::vector<float> wd = dequantize(t, wq, n);
@@ -341,8 +344,9 @@ TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
 TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
   ThreadPool pool(2);
   const int64_t rows = 37;
-  // 224 columns: a legacy row whose last 64-column run of the GEMM's panel is half full.
-  for (int64_t cols : {512, 224}) {
+  // 224 columns: a legacy row whose last 64-column run of the GEMM's panel is half full; 416:
+  // eight blocks and a tail of five in the VNNI legacy row dot.
+  for (int64_t cols : {512, 224, 416}) {
     for (DType t : kTypes) {
       if (t == DType::kQ8_0 || cols % dtype_block_size(t) != 0)
         continue;  // Q8_0 has its own panel format (matmul_test.cc)
