@@ -12,36 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-Result<int> rank_field(const json& object, const char* name, int max_value) {
-  auto it = object.find(name);
-  if (it == object.end()) {
-    return invalid_argument(std::string("missing field '") + name + "'");
-  }
-  // Booleans and floats are not ranks even when they would convert.
-  if (!it->is_number_integer()) {
-    return invalid_argument(std::string("field '") + name + "' must be an integer, got " +
-                            it->dump());
-  }
-  int64_t v = it->get<int64_t>();
-  if (v < 0 || v > max_value) {
-    return invalid_argument(std::string("field '") + name + "' must be in 0.." +
-                            std::to_string(max_value) + ", got " + std::to_string(v));
-  }
-  return static_cast<int>(v);
-}
-
-Result<std::string> string_field(const json& object, const char* name) {
-  auto it = object.find(name);
-  if (it == object.end()) {
-    return invalid_argument(std::string("missing field '") + name + "'");
-  }
-  if (!it->is_string()) {
-    return invalid_argument(std::string("field '") + name + "' must be a string, got " +
-                            it->dump());
-  }
-  return it->get<std::string>();
-}
-
 Status check_engine_id(const std::string& id) {
   if (id.empty()) {
     return invalid_argument("field 'engine_id' must not be empty");
@@ -137,10 +107,10 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
     return invalid_argument("the body must be a JSON object, got " + std::string(root.type_name()));
   }
   WorkerRegistration r;
-  ASSIGN_OR_RETURN(r.engine_id, string_field(root, "engine_id"));
+  ASSIGN_OR_RETURN(r.engine_id, json_string_field(root, "engine_id", /*context=*/""));
   RETURN_IF_ERROR(check_engine_id(r.engine_id));
   if (root.contains("role")) {
-    ASSIGN_OR_RETURN(r.role, string_field(root, "role"));
+    ASSIGN_OR_RETURN(r.role, json_string_field(root, "role", /*context=*/""));
     if (r.role != kEncodeRole) {
       return invalid_argument(
           "field 'role' must be \"encode\" (or absent for a dp rank's "
@@ -151,13 +121,19 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
   const bool is_encoder = r.role == kEncodeRole;
   // An encoder has no ranks; when it sends them they are checked all the same.
   if (!is_encoder || root.contains("dp_rank")) {
-    ASSIGN_OR_RETURN(r.dp_rank, rank_field(root, "dp_rank", kMaxDpRanks - 1));
+    ASSIGN_OR_RETURN(uint64_t rank,
+                     json_unsigned_field(root, "dp_rank", /*context=*/"", kMaxDpRanks - 1));
+    r.dp_rank = static_cast<int>(rank);
   }
   if (!is_encoder || root.contains("tp_rank")) {
-    ASSIGN_OR_RETURN(r.tp_rank, rank_field(root, "tp_rank", kMaxTpPpRank));
+    ASSIGN_OR_RETURN(uint64_t rank,
+                     json_unsigned_field(root, "tp_rank", /*context=*/"", kMaxTpPpRank));
+    r.tp_rank = static_cast<int>(rank);
   }
   if (!is_encoder || root.contains("pp_rank")) {
-    ASSIGN_OR_RETURN(r.pp_rank, rank_field(root, "pp_rank", kMaxTpPpRank));
+    ASSIGN_OR_RETURN(uint64_t rank,
+                     json_unsigned_field(root, "pp_rank", /*context=*/"", kMaxTpPpRank));
+    r.pp_rank = static_cast<int>(rank);
   }
   if (auto ttl = root.find("lease_ttl_s"); ttl != root.end()) {
     if (!ttl->is_number() || !(ttl->get<double>() > 0) || ttl->get<double>() > kMaxLeaseTtlS) {
@@ -167,7 +143,7 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
     }
     r.lease_ttl_s = ttl->get<double>();
   }
-  ASSIGN_OR_RETURN(r.addr, string_field(root, "addr"));
+  ASSIGN_OR_RETURN(r.addr, json_string_field(root, "addr", /*context=*/""));
   auto addr = parse_tcp_addr(r.addr);
   if (!addr.is_ok()) {
     return invalid_argument("field 'addr': " + addr.status().message());

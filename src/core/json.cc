@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace crescent::internal {
 namespace {
@@ -146,3 +148,58 @@ Status json_parse_error(std::string_view text, std::string_view subject) {
 }
 
 }  // namespace crescent::internal
+
+namespace crescent {
+namespace {
+
+// "segment descriptor: " + what, or what alone.
+Status field_error(std::string_view context, std::string what) {
+  if (context.empty()) {
+    return invalid_argument(std::move(what));
+  }
+  return invalid_argument(std::string(context) + ": " + what);
+}
+
+// A wrong value as the message shows it: its JSON text, clipped (it may be a large object).
+std::string shown(const nlohmann::json& value) {
+  constexpr size_t kMaxValueChars = 40;
+  return internal::clipped(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                           kMaxValueChars);
+}
+
+}  // namespace
+
+Result<std::string> json_string_field(const nlohmann::json& object, std::string_view key,
+                                      std::string_view context) {
+  auto it = object.find(key);
+  if (it == object.end()) {
+    return field_error(context, "missing field '" + std::string(key) + "'");
+  }
+  if (!it->is_string()) {
+    return field_error(context,
+                       "field '" + std::string(key) + "' must be a string, got " + shown(*it));
+  }
+  return it->get<std::string>();
+}
+
+Result<uint64_t> json_unsigned_field(const nlohmann::json& object, std::string_view key,
+                                     std::string_view context, uint64_t max_value) {
+  auto it = object.find(key);
+  if (it == object.end()) {
+    return field_error(context, "missing field '" + std::string(key) + "'");
+  }
+  if (!it->is_number_integer()) {
+    return field_error(context,
+                       "field '" + std::string(key) + "' must be an integer, got " + shown(*it));
+  }
+  const bool is_negative = !it->is_number_unsigned() && it->get<int64_t>() < 0;
+  if (!is_negative && it->get<uint64_t>() <= max_value) {
+    return it->get<uint64_t>();
+  }
+  const std::string range = max_value == UINT64_MAX ? std::string("a non-negative integer")
+                                                    : "in 0.." + std::to_string(max_value);
+  return field_error(context,
+                     "field '" + std::string(key) + "' must be " + range + ", got " + shown(*it));
+}
+
+}  // namespace crescent

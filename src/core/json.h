@@ -1,11 +1,14 @@
 #pragma once
 // Parsing JSON that comes from outside the process (request bodies, registrations) with
-// nlohmann::json, without letting the library's exceptions out. Every way a text can fail —
-// bad syntax, invalid UTF-8, trailing bytes, a number a double cannot hold (1e400), arrays and
-// objects nested deeper than a limit — comes back as an InvalidArgument Status whose message
-// is a sentence a client can act on.
+// nlohmann::json and reading its fields, without letting the library's exceptions out or its
+// conversions run on values of the wrong type. Every way a text or a field can fail — bad
+// syntax, invalid UTF-8, trailing bytes, a number a double cannot hold (1e400), arrays and
+// objects nested deeper than a limit, a missing field, a field of the wrong type — comes back
+// as an InvalidArgument Status whose message is a sentence a client can act on.
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "core/status.h"
@@ -42,5 +45,23 @@ Result<BasicJson> parse_json(std::string_view text, std::string_view subject,
   }
   return j;
 }
+
+// Typed reads of one field of a parsed object. Each checks the JSON type before it reads:
+// nlohmann's get<uint64_t>() of a float such as 1e300 is a float-to-integer conversion out of
+// range (undefined behaviour), not an exception. A missing field, a wrong type or a value out
+// of range is an InvalidArgument whose message names the field, after `context` (what the
+// object is, e.g. "segment descriptor"; empty when the caller adds its own):
+//   "segment descriptor: missing field 'address'"
+//   "segment descriptor: field 'address' must be a string, got 5"
+//   "field 'dp_rank' must be an integer, got 0.5"    (booleans and floats are not integers)
+//   "field 'dp_rank' must be in 0..1023, got -1"      (with a max_value)
+//   "field 'offset' must be a non-negative integer, got -1"  (without one)
+// A wrong value is echoed clipped to a few dozen characters.
+Result<std::string> json_string_field(const nlohmann::json& object, std::string_view key,
+                                      std::string_view context);
+// Any JSON integer in [0, max_value]: one parsed from text is unsigned, one built in code may be
+// a signed integer holding a non-negative value.
+Result<uint64_t> json_unsigned_field(const nlohmann::json& object, std::string_view key,
+                                     std::string_view context, uint64_t max_value = UINT64_MAX);
 
 }  // namespace crescent

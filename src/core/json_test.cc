@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace crescent {
 namespace {
@@ -134,6 +136,139 @@ TEST(JsonTest, HugeIntegersAndNegativeOverflow) {
   std::string long_number = "[1";
   long_number.append(400, '0').append("]");
   EXPECT_NE(error_of(long_number).find("does not fit in a double"), std::string::npos);
+}
+
+std::string string_field_error(const nlohmann::json& object, std::string_view context = "obj") {
+  auto r = json_string_field(object, "f", context);
+  EXPECT_FALSE(r.is_ok()) << object.dump();
+  if (r.is_ok()) {
+    return "";
+  }
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+std::string unsigned_field_error(const nlohmann::json& object, uint64_t max_value = UINT64_MAX) {
+  auto r = json_unsigned_field(object, "f", "obj", max_value);
+  EXPECT_FALSE(r.is_ok()) << object.dump();
+  if (r.is_ok()) {
+    return "";
+  }
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+nlohmann::json parsed(std::string_view text) {
+  auto j = parse_json(text, "the test's JSON");
+  EXPECT_TRUE(j.is_ok()) << j.status().to_string();
+  return j.is_ok() ? *j : nlohmann::json();
+}
+
+TEST(JsonFieldTest, StringFieldReadsAString) {
+  auto r = json_string_field(parsed(R"({"f":"x y","g":1})"), "f", "obj");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "x y");
+  auto empty = json_string_field(parsed(R"({"f":""})"), "f", "obj");
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_EQ(*empty, "");
+}
+
+TEST(JsonFieldTest, StringFieldRefusesMissingAndWrongTypes) {
+  EXPECT_EQ(string_field_error(parsed(R"({"g":"x"})")), "obj: missing field 'f'");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":5})")), "obj: field 'f' must be a string, got 5");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":1e300})")),
+            "obj: field 'f' must be a string, got 1e+300");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":-1})")), "obj: field 'f' must be a string, got -1");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":true})")),
+            "obj: field 'f' must be a string, got true");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":null})")),
+            "obj: field 'f' must be a string, got null");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":["x"]})")),
+            "obj: field 'f' must be a string, got [\"x\"]");
+  // Without a context the message starts at the field.
+  EXPECT_EQ(string_field_error(parsed(R"({})"), ""), "missing field 'f'");
+  EXPECT_EQ(string_field_error(parsed(R"({"f":{}})"), ""), "field 'f' must be a string, got {}");
+  // Not an object: nothing is found, nothing throws.
+  EXPECT_EQ(string_field_error(parsed(R"(["f"])")), "obj: missing field 'f'");
+  EXPECT_EQ(string_field_error(parsed("7")), "obj: missing field 'f'");
+}
+
+TEST(JsonFieldTest, WrongValuesAreClippedInTheMessage) {
+  nlohmann::json big = {{"f", nlohmann::json::array()}};
+  for (int i = 0; i < 10000; ++i) {
+    big["f"].push_back(i);
+  }
+  const std::string message = string_field_error(big);
+  EXPECT_EQ(message.rfind("obj: field 'f' must be a string, got [0,1,2,", 0), 0u) << message;
+  EXPECT_LT(message.size(), 100u);
+  EXPECT_EQ(message.substr(message.size() - 3), "...");
+  // Invalid UTF-8 in a value built in code is replaced, not thrown.
+  EXPECT_NE(unsigned_field_error({{"f", "\xff"}}).find("must be an integer, got \""),
+            std::string::npos);
+}
+
+TEST(JsonFieldTest, UnsignedFieldReadsNonNegativeIntegers) {
+  auto zero = json_unsigned_field(parsed(R"({"f":0})"), "f", "obj");
+  ASSERT_TRUE(zero.is_ok()) << zero.status().to_string();
+  EXPECT_EQ(*zero, 0u);
+  auto max_u64 = json_unsigned_field(parsed(R"({"f":18446744073709551615})"), "f", "obj");
+  ASSERT_TRUE(max_u64.is_ok()) << max_u64.status().to_string();
+  EXPECT_EQ(*max_u64, UINT64_MAX);
+  auto at_max = json_unsigned_field(parsed(R"({"f":1023})"), "f", "obj", 1023);
+  ASSERT_TRUE(at_max.is_ok()) << at_max.status().to_string();
+  EXPECT_EQ(*at_max, 1023u);
+  // Built in code, a non-negative value may be a signed integer.
+  nlohmann::json built = {{"f", int64_t{7}}};
+  ASSERT_TRUE(built["f"].is_number_integer() && !built["f"].is_number_unsigned());
+  auto signed_seven = json_unsigned_field(built, "f", "obj");
+  ASSERT_TRUE(signed_seven.is_ok()) << signed_seven.status().to_string();
+  EXPECT_EQ(*signed_seven, 7u);
+}
+
+TEST(JsonFieldTest, UnsignedFieldRefusesMissingWrongTypesAndNegatives) {
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"g":1})")), "obj: missing field 'f'");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":"7"})")),
+            "obj: field 'f' must be an integer, got \"7\"");
+  // A float is refused by its type, never converted (1e300 to an integer is undefined).
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":1e300})")),
+            "obj: field 'f' must be an integer, got 1e+300");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":-2e300})")),
+            "obj: field 'f' must be an integer, got -2e+300");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":1.0})")),
+            "obj: field 'f' must be an integer, got 1.0");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":2.5})")),
+            "obj: field 'f' must be an integer, got 2.5");
+  // Past uint64 the parser makes a double, refused the same way.
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":18446744073709551616})"))
+                .rfind("obj: field 'f' must be an integer, got 1.8446744073709552e+19", 0),
+            0u);
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":true})")),
+            "obj: field 'f' must be an integer, got true");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":null})")),
+            "obj: field 'f' must be an integer, got null");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":-1})")),
+            "obj: field 'f' must be a non-negative integer, got -1");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":-9223372036854775808})")),
+            "obj: field 'f' must be a non-negative integer, got -9223372036854775808");
+  EXPECT_EQ(unsigned_field_error({{"f", int64_t{-3}}}),
+            "obj: field 'f' must be a non-negative integer, got -3");
+}
+
+TEST(JsonFieldTest, UnsignedFieldRefusesValuesAboveTheMax) {
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":1024})"), 1023),
+            "obj: field 'f' must be in 0..1023, got 1024");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":18446744073709551615})"), 1023),
+            "obj: field 'f' must be in 0..1023, got 18446744073709551615");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":-5})"), 1023),
+            "obj: field 'f' must be in 0..1023, got -5");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":0.5})"), 1023),
+            "obj: field 'f' must be an integer, got 0.5");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":9223372036854775808})"), INT64_MAX),
+            "obj: field 'f' must be in 0..9223372036854775807, got 9223372036854775808");
+  EXPECT_EQ(unsigned_field_error(parsed(R"({"f":1})"), 0), "obj: field 'f' must be in 0..0, got 1");
+  auto in_range = json_unsigned_field(parsed(R"({"f":9223372036854775807})"), "f", "", INT64_MAX);
+  ASSERT_TRUE(in_range.is_ok()) << in_range.status().to_string();
+  EXPECT_EQ(*in_range, static_cast<uint64_t>(INT64_MAX));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "disagg/protocol.h"
 #include "net/frame.h"
 #include "net/socket.h"
@@ -173,30 +174,11 @@ Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& 
     if (!item.is_object())
       return invalid_argument(where + ": must be an object");
     EcTensorRef ref;
-    auto get_string = [&](const char* field, std::string* out) -> Status {
-      auto it = item.find(field);
-      if (it == item.end())
-        return bad_field(where, field, "missing");
-      if (!it->is_string())
-        return bad_field(where, field, "must be a string");
-      *out = it->get<std::string>();
-      return Status::ok();
-    };
-    auto get_unsigned = [&](const char* field, uint64_t* out) -> Status {
-      auto it = item.find(field);
-      if (it == item.end())
-        return bad_field(where, field, "missing");
-      // Built in code, a non-negative value may be a signed integer; parsed, it is unsigned.
-      if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0))
-        return bad_field(where, field, "must be a non-negative integer");
-      *out = it->get<uint64_t>();
-      return Status::ok();
-    };
-    RETURN_IF_ERROR(get_string("mm_hash", &ref.mm_hash));
-    RETURN_IF_ERROR(get_string("engine_id", &ref.engine_id));
-    RETURN_IF_ERROR(get_string("worker_addr", &ref.worker_addr));
-    RETURN_IF_ERROR(get_string("bootstrap_addr", &ref.bootstrap_addr));
-    RETURN_IF_ERROR(get_unsigned("reservation_id", &ref.reservation_id));
+    ASSIGN_OR_RETURN(ref.mm_hash, json_string_field(item, "mm_hash", where));
+    ASSIGN_OR_RETURN(ref.engine_id, json_string_field(item, "engine_id", where));
+    ASSIGN_OR_RETURN(ref.worker_addr, json_string_field(item, "worker_addr", where));
+    ASSIGN_OR_RETURN(ref.bootstrap_addr, json_string_field(item, "bootstrap_addr", where));
+    ASSIGN_OR_RETURN(ref.reservation_id, json_unsigned_field(item, "reservation_id", where));
     auto shape = item.find("shape");
     if (shape == item.end())
       return bad_field(where, "shape", "missing");
@@ -207,12 +189,10 @@ Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& 
         return bad_field(where, "shape", "must be an array of integers");
       ref.shape.push_back(d.get<int64_t>());
     }
-    RETURN_IF_ERROR(get_string("dtype", &ref.dtype));
-    RETURN_IF_ERROR(get_unsigned("num_bytes", &ref.num_bytes));
-    uint64_t expires = 0;
-    RETURN_IF_ERROR(get_unsigned("expires_at_unix_ms", &expires));
-    if (expires > static_cast<uint64_t>(INT64_MAX))
-      return bad_field(where, "expires_at_unix_ms", "out of range");
+    ASSIGN_OR_RETURN(ref.dtype, json_string_field(item, "dtype", where));
+    ASSIGN_OR_RETURN(ref.num_bytes, json_unsigned_field(item, "num_bytes", where));
+    ASSIGN_OR_RETURN(uint64_t expires, json_unsigned_field(item, "expires_at_unix_ms", where,
+                                                           static_cast<uint64_t>(INT64_MAX)));
     ref.expires_at_unix_ms = static_cast<int64_t>(expires);
     // The location is optional (older encoders omit it), but all or nothing.
     const bool has_region = item.contains("region");
@@ -225,16 +205,14 @@ Result<std::vector<EcTensorRef>> parse_ec_transfer_params(const nlohmann::json& 
         return bad_field(where, "offset", "missing (region or instance is present)");
       if (!has_instance)
         return bad_field(where, "instance", "missing (region or offset is present)");
-      uint64_t region = 0;
-      RETURN_IF_ERROR(get_unsigned("region", &region));
-      if (region > static_cast<uint64_t>(INT64_MAX))
-        return bad_field(where, "region", "out of range");
+      ASSIGN_OR_RETURN(uint64_t region, json_unsigned_field(item, "region", where,
+                                                            static_cast<uint64_t>(INT64_MAX)));
       ref.has_location = true;
       ref.region_id = static_cast<int64_t>(region);
-      RETURN_IF_ERROR(get_unsigned("offset", &ref.offset));
-      RETURN_IF_ERROR(get_unsigned("instance", &ref.instance));
+      ASSIGN_OR_RETURN(ref.offset, json_unsigned_field(item, "offset", where));
+      ASSIGN_OR_RETURN(ref.instance, json_unsigned_field(item, "instance", where));
       if (item.contains("stamp")) {
-        RETURN_IF_ERROR(get_unsigned("stamp", &ref.stamp));
+        ASSIGN_OR_RETURN(ref.stamp, json_unsigned_field(item, "stamp", where));
         if (ref.stamp == 0)
           return bad_field(where, "stamp", "must be 1.." + std::to_string(kMaxEcInstance));
       }

@@ -300,6 +300,10 @@ TEST_P(EngineTest, DescriptorRoundTripsAndRejectsGarbage) {
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << tail;
     EXPECT_FALSE(bad.status().message().empty()) << tail;
   }
+  auto second_region = SegmentDescriptor::parse(
+      head + R"("version":1,"regions":[{"id":1,"length":2},{"id":1e300,"length":2}]})");
+  EXPECT_EQ(second_region.status().message(),
+            "segment descriptor regions[1]: field 'id' must be an integer, got 1e+300");
 }
 
 // The transport-parametrised tests run over available_transports(), so a build that lost UCX
