@@ -60,8 +60,12 @@ done
 for n in "$threads" "$rounds" "$reps"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "bench_llamacpp: '$n' is not a positive integer" >&2; exit 2; }
 done
-command -v node >/dev/null && command -v npm >/dev/null && command -v jq >/dev/null ||
-  { echo "bench_llamacpp: needs node, npm and jq (bash scripts/setup.sh installs them)" >&2; exit 1; }
+for tool in node npm jq; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "bench_llamacpp: needs node, npm and jq, and $tool is missing (bash scripts/setup.sh installs them)" >&2
+    exit 1
+  fi
+done
 if [[ ! -f tools/llamacpp/node_modules/.crescent-installed ||
       tools/llamacpp/package.json -nt tools/llamacpp/node_modules/.crescent-installed ]]; then
   echo "bench_llamacpp: installing node-llama-cpp into tools/llamacpp (npm)"

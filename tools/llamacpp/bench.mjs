@@ -7,7 +7,7 @@
 //
 // usage: node bench.mjs --model FILE.gguf [--threads 2] [--prompt-len 512]
 //        [--decode-context 128] [--decode-steps 32] [--reps 3]
-import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {loadCpuModel} from "./llama_cpu.mjs";
 
 function parseArgs(argv) {
   const options = {model: "", threads: 2, promptLen: 512, decodeContext: 128, decodeSteps: 32,
@@ -31,11 +31,9 @@ function parseArgs(argv) {
 
 const options = parseArgs(process.argv.slice(2));
 const logs = [];
-const llama = await getLlama({
-  gpu: false, build: "never", maxThreads: options.threads, logLevel: LlamaLogLevel.debug,
-  logger: (level, message) => logs.push(message),
+const {llama, model} = await loadCpuModel({
+  modelPath: options.model, threads: options.threads, logger: (level, message) => logs.push(message),
 });
-const model = await llama.loadModel({modelPath: options.model, gpuLayers: 0});
 // Token ids spread over the vocabulary: the speed does not depend on the text.
 const vocab = 30000;  // ids below every supported vocabulary size
 const prompt = (n, salt) => Array.from({length: n}, (_, i) => 100 + ((i + salt) * 7919) % vocab);

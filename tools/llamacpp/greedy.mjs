@@ -7,7 +7,7 @@
 //
 // usage: node greedy.mjs --model FILE.gguf --prompt TEXT [--prompt TEXT...] [--max-tokens 16]
 //        [--threads 2]
-import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {loadCpuModel} from "./llama_cpu.mjs";
 
 const args = process.argv.slice(2);
 const flag = (name, fallback) => {
@@ -23,9 +23,7 @@ if (modelPath === "" || prompts.length === 0 || !(maxTokens > 0) || !(threads > 
   process.exit(2);
 }
 
-const llama = await getLlama({gpu: false, build: "never", maxThreads: threads,
-                              logLevel: LlamaLogLevel.error});
-const model = await llama.loadModel({modelPath, gpuLayers: 0});
+const {model} = await loadCpuModel({modelPath, threads});
 const context = await model.createContext({contextSize: 512, threads: {ideal: threads, min: threads}});
 for (const promptText of prompts) {
   const sequence = context.getSequence();
