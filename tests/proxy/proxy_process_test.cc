@@ -19,6 +19,21 @@ using proxy::testing::Gate;
 
 constexpr int64_t kWaitMs = 20'000;
 
+// Polls the proxy's /health until 200: it answers 503 "not polled yet" until it has polled its
+// upstreams once, which on a loaded machine can come after its port is open.
+::testing::AssertionResult becomes_healthy(ProxyProcess& proxy) {
+  net::http::HttpClient client("127.0.0.1", proxy.port());
+  auto deadline = Deadline::after_ms(kWaitMs);
+  while (!deadline.is_expired()) {
+    auto r = client.request("GET", "/health", "", {}, Deadline::after_ms(2000));
+    if (r.is_ok() && r->status == 200) {
+      return ::testing::AssertionSuccess();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ::testing::AssertionFailure() << "the proxy never became ready:\n" << proxy.output();
+}
+
 TEST(ProxyProcessTest, UsageErrorsExitWithCode2AndAMessage) {
   struct Case {
     std::vector<std::string> args;
@@ -70,10 +85,8 @@ TEST(ProxyProcessTest, EncoderThenColocatedPrefillDecode) {
   pd.set_handler(proxy::testing::decode_handler(&pd));
   ProxyProcess proxy({"--encode", encoder.url(), "--pd", pd.url(), "--encode-timeout-s", "5"});
   EXPECT_NE(proxy.output().find("(1 pd, 1 encode)"), std::string::npos) << proxy.output();
+  ASSERT_TRUE(becomes_healthy(proxy));
   net::http::HttpClient client("127.0.0.1", proxy.port());
-  auto health = client.request("GET", "/health", "", {}, Deadline::after_ms(kWaitMs));
-  ASSERT_TRUE(health.is_ok());
-  EXPECT_EQ(health->status, 200);
   std::string body =
       R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},)"
       R"({"type":"image_url","image_url":{"url":"http://i/a.png"}}]}]})";
@@ -119,16 +132,7 @@ class ProxyProcessFlowTest : public ::testing::Test {
     proxy_ = std::make_unique<ProxyProcess>(std::vector<std::string>{
         "--prefill", prefill_.url(), std::to_string(bootstrap_.port()), "--decode", decode_a_.url(),
         "--decode", decode_b_.url(), "--request-timeout", "20"});
-    net::http::HttpClient client("127.0.0.1", proxy_->port());
-    auto deadline = Deadline::after_ms(kWaitMs);
-    while (!deadline.is_expired()) {
-      auto r = client.request("GET", "/health", "", {}, Deadline::after_ms(2000));
-      if (r.is_ok() && r->status == 200) {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "the proxy never became ready:\n" << proxy_->output();
+    ASSERT_TRUE(becomes_healthy(*proxy_));
   }
 
   // Streams a chat completion; returns the SSE payloads.
