@@ -443,8 +443,9 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
       sum += q;
     }
     // ggml's block_q8_0 keeps d as f16 (the quants come from the f32 d, as here): rounding it the
-    // same way makes every legacy-type dot equal ggml's, which decides near-tied greedy tokens
-    // alike. A d past f16's range (activations above ~8e6) keeps its f32 value instead of inf.
+    // same way makes the Q4_0/Q5_0/IQ4_NL/Q8_0 block dots equal ggml's, which decides near-tied
+    // greedy tokens alike (Q4_1/Q5_1 still differ: ggml's Q8_1 stores f16(d * sum) for the min). A
+    // d past f16's range (activations above ~8e6) keeps its f32 value instead of inf.
     const float d16 = f16_to_float(float_to_f16(d));
     scales[b] = std::isfinite(d16) ? d16 : d;
     sums[b] = sum;

@@ -61,7 +61,8 @@ __m256 eight_f16(const Block* w) {
 // - the block scales d * dx are made eight blocks at a time (eight_f16, one multiply) and each
 //   block takes its own with one lane permute; Q4_1/Q5_1's m * dx * sum likewise, vectorised;
 // - even and odd blocks accumulate apart: one FMA chain would cost its 4-cycle latency a block.
-// Integer block dots are exact; the f32 sums differ from ggml's only in their order.
+// Each lane's integer is exact; the offset (in lane 0) cancels against the other lanes in f32
+// after the scale, so rounding differs from ggml's per-block int32 by a few ulps of the block.
 template <typename Block, int T>
 void dot_legacy_vnni(int64_t n, const void* w_row, const QuantizedActs* x, float* out) {
   constexpr bool kHasMin = requires(Block blk) {
@@ -110,11 +111,13 @@ void dot_legacy_vnni(int64_t n, const void* w_row, const QuantizedActs* x, float
   for (; b + 8 <= num_blocks; b += 8) {
     const __m256 d8 = eight_f16<Block, &Block::d>(w + b);
     __m256 scale8[T];
+    __m256 m8 = _mm256_setzero_ps();
+    if constexpr (kHasMin)
+      m8 = eight_f16<Block, &Block::m>(w + b);
     for (int t = 0; t < T; ++t) {
       const __m256 dx8 = _mm256_loadu_ps(x[t].q8_0_scale + b);
       scale8[t] = _mm256_mul_ps(d8, dx8);
       if constexpr (kHasMin) {
-        const __m256 m8 = eight_f16<Block, &Block::m>(w + b);
         const __m256 sum8 = _mm256_cvtepi32_ps(load256(x[t].q8_0_sum + b));
         acc_min[t] = _mm256_fmadd_ps(_mm256_mul_ps(m8, dx8), sum8, acc_min[t]);
       }

@@ -226,21 +226,23 @@ TEST(QuantsTest, DenormalActivationBlocksQuantiseToZero) {
 // The Q8_0 activation scale is ggml's: amax / 127 rounded to f16 (its block_q8_0 field), with
 // the quants from the unrounded scale; a scale past f16's range stays f32 rather than inf.
 TEST(QuantsTest, Q8ActivationScaleIsRoundedToF16) {
-  std::vector<float> x = random_floats(96, 23, -3, 3);
+  std::vector<float> x = random_floats(128, 23, -3, 3);
   for (int i = 64; i < 96; ++i)
     x[i] *= 1e7f;  // amax / 127 above 65504
-  std::vector<int8_t> q(96);
-  std::vector<float> scale(3);
-  std::vector<int32_t> sum(3);
-  internal::quantize_row_q8(x.data(), 96, q.data(), scale.data(), sum.data());
-  for (int b = 0; b < 3; ++b) {
+  for (int i = 96; i < 128; ++i)
+    x[i] *= 1e-5f;  // amax / 127 an f16 subnormal: the scale keeps only a few bits
+  std::vector<int8_t> q(128);
+  std::vector<float> scale(4);
+  std::vector<int32_t> sum(4);
+  internal::quantize_row_q8(x.data(), 128, q.data(), scale.data(), sum.data());
+  for (int b = 0; b < 4; ++b) {
     float amax = 0;
     for (int i = 0; i < 32; ++i)
       amax = std::max(amax, std::fabs(x[b * 32 + i]));
     const float d = amax / 127.0f;
-    const float expected = b < 2 ? f16_to_float(float_to_f16(d)) : d;
+    const float expected = b != 2 ? f16_to_float(float_to_f16(d)) : d;
     EXPECT_EQ(scale[b], expected) << "block " << b;
-    if (b < 2) {
+    if (b != 2) {
       EXPECT_NE(scale[b], d) << "random scales are not f16 values";
     }
     for (int i = 0; i < 32; ++i) {
@@ -364,9 +366,9 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
       EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
       EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
       const std::vector<float> bias = random_floats(rows, 33);
-      // 1 and 3 tokens take the row dots; 10, 11 and 37 the GEMM where the CPU has VNNI (4-token
-      // tiles plus a tail of 2, 3 and 1).
-      for (int64_t num_tokens : {1, 3, 10, 11, 37}) {
+      // 1-4 tokens take the row dots (every token-count kernel); 10, 11 and 37 the GEMM where the
+      // CPU has VNNI (4-token tiles plus a tail of 2, 3 and 1).
+      for (int64_t num_tokens : {1, 2, 3, 4, 10, 11, 37}) {
         const std::vector<float> x = random_floats(num_tokens * cols, 34);
         std::vector<float> y(num_tokens * rows);
         for (Isa isa : available_isas()) {
