@@ -190,8 +190,16 @@ TEST_F(PdLeaseTest, FrozenPrefillIsReplacedAfterItsLeaseAndFencedWhenItWakes) {
   EXPECT_NE(fenced_answer->body.find("out of service: fenced out"), std::string::npos)
       << fenced_answer->body;
   EXPECT_EQ(metric_sum(read_metrics(old_prefill_.port), "crescent_bootstrap_fenced"), 1);
-  EXPECT_NE(old_prefill_.output().find("fenced out, no longer serving"), std::string::npos);
-  EXPECT_NE(old_prefill_.output().find(second["engine_id"].get<std::string>()), std::string::npos);
+  // The log line is written when P notices, and it reaches the test through a pipe drained by
+  // another thread: wait for it rather than read the output once (seen missing under load).
+  const auto logged = [&](const std::string& text) {
+    const Deadline until = Deadline::after_ms(slack_ms(5000));
+    while (old_prefill_.output().find(text) == std::string::npos && !until.is_expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return old_prefill_.output().find(text) != std::string::npos;
+  };
+  EXPECT_TRUE(logged("fenced out, no longer serving")) << old_prefill_.output();
+  EXPECT_TRUE(logged(second["engine_id"].get<std::string>())) << old_prefill_.output();
   // The new P serves.
   EXPECT_EQ(metric_sum(read_metrics(pd_.prefill.port), "crescent_bootstrap_fenced"), 0);
   EXPECT_EQ(old_prefill_.process->terminate(Deadline::after_ms(10'000)), 0);
