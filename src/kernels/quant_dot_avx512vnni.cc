@@ -1,10 +1,8 @@
-// Row dots for AVX512-VNNI machines (256-bit, AVX512VL).
-// - Q4_K, Q5_K and Q6_K x Q8_K: the shared kernels with the scaled dot in its AVX2 form,
-//   vpmaddubsw then vpmaddwd with the group scales (exact: every pair sum fits int16). That is
-//   two instructions per 32 bytes; vpdpbusd would need the scales widened to int32 and a vpmulld
-//   after it, four (batch-1 Q4_K decode 14.6 -> 16.4 GB/s, Q6_K 18.4 -> 20.0 on one thread when
-//   this changed).
-// - The legacy types x Q8_0: a kernel of their own (dot_legacy_vnni) that uses what AVX512 adds.
+// The legacy types' row dots on AVX512-VNNI machines (256-bit, AVX512VL): dot_legacy_vnni
+// below. The K-quants keep the AVX2 table's kernels (quant_dot_simd.inc): their scaled dot,
+// vpmaddubsw then vpmaddwd with the group scales, is two instructions per 32 bytes, where
+// vpdpbusd would need the scales widened to int32 and a vpmulld after it, four (batch-1 Q4_K
+// decode 14.6 -> 16.2-16.4 GB/s on one thread when the VNNI form was dropped; Q6_K within noise).
 
 #include <immintrin.h>
 
@@ -17,16 +15,7 @@
 namespace crescent::kernels::internal {
 namespace {
 
-struct Dot {
-  static __m256i scaled(__m256i u8, __m256i s8, __m256i scale16) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), scale16);
-  }
-  static __m256i plain(__m256i u8, __m256i s8) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8);
-  }
-};
-
-#include "kernels/quant_dot_simd.inc"
+#include "kernels/quant_dot_simd_common.inc"
 
 // IQ4_NL's levels plus 128: unsigned, so they can be vpdpbusd's u8 operand.
 constexpr std::array<uint8_t, 16> kIQ4NLUnsigned = [] {
@@ -65,13 +54,9 @@ __m256 eight_f16(const Block* w) {
 // after the scale, so rounding differs from ggml's per-block int32 by a few ulps of the block.
 template <typename Block, int T>
 void dot_legacy_vnni(int64_t n, const void* w_row, const QuantizedActs* x, float* out) {
-  constexpr bool kHasMin = requires(Block blk) {
-    blk.m;
-  };
-  constexpr bool kHasHigh = requires(Block blk) {
-    blk.qh;
-  };
-  constexpr bool kNonLinear = std::is_same_v<Block, BlockIQ4_NL>;
+  constexpr bool kHasMin = LegacyTraits<Block>::kHasMin;
+  constexpr bool kHasHigh = LegacyTraits<Block>::kHasHigh;
+  constexpr bool kNonLinear = LegacyTraits<Block>::kNonLinear;
   constexpr int32_t kOffset = kHasMin ? 0 : (kNonLinear ? 128 : (kHasHigh ? 16 : 8));
   const auto* w = static_cast<const Block*>(w_row);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -161,7 +146,6 @@ struct LegacyVnni {
 }  // namespace
 
 void fill_quant_avx512vnni(KernelTable* t) {
-  fill_simd_row_dots(t);
   t->row_dot[static_cast<int>(DType::kQ4_0)] = dot_tokens<LegacyVnni<BlockQ4_0>::Kernel>;
   t->row_dot[static_cast<int>(DType::kQ4_1)] = dot_tokens<LegacyVnni<BlockQ4_1>::Kernel>;
   t->row_dot[static_cast<int>(DType::kQ5_0)] = dot_tokens<LegacyVnni<BlockQ5_0>::Kernel>;
