@@ -120,21 +120,18 @@ Result<WorkerRegistration> parse_registration_json(std::string_view body) {
   }
   const bool is_encoder = r.role == kEncodeRole;
   // An encoder has no ranks; when it sends them they are checked all the same.
-  if (!is_encoder || root.contains("dp_rank")) {
-    ASSIGN_OR_RETURN(uint64_t rank,
-                     json_unsigned_field(root, "dp_rank", /*context=*/"", kMaxDpRanks - 1));
-    r.dp_rank = static_cast<int>(rank);
-  }
-  if (!is_encoder || root.contains("tp_rank")) {
-    ASSIGN_OR_RETURN(uint64_t rank,
-                     json_unsigned_field(root, "tp_rank", /*context=*/"", kMaxTpPpRank));
-    r.tp_rank = static_cast<int>(rank);
-  }
-  if (!is_encoder || root.contains("pp_rank")) {
-    ASSIGN_OR_RETURN(uint64_t rank,
-                     json_unsigned_field(root, "pp_rank", /*context=*/"", kMaxTpPpRank));
-    r.pp_rank = static_cast<int>(rank);
-  }
+  const auto read_rank = [&](const char* name, int max_value, int* rank) -> Status {
+    if (is_encoder && !root.contains(name)) {
+      return Status::ok();
+    }
+    ASSIGN_OR_RETURN(uint64_t value, json_unsigned_field(root, name, /*context=*/"",
+                                                         static_cast<uint64_t>(max_value)));
+    *rank = static_cast<int>(value);
+    return Status::ok();
+  };
+  RETURN_IF_ERROR(read_rank("dp_rank", kMaxDpRanks - 1, &r.dp_rank));
+  RETURN_IF_ERROR(read_rank("tp_rank", kMaxTpPpRank, &r.tp_rank));
+  RETURN_IF_ERROR(read_rank("pp_rank", kMaxTpPpRank, &r.pp_rank));
   if (auto ttl = root.find("lease_ttl_s"); ttl != root.end()) {
     if (!ttl->is_number() || !(ttl->get<double>() > 0) || ttl->get<double>() > kMaxLeaseTtlS) {
       return invalid_argument("field 'lease_ttl_s' must be a number of seconds in (0, " +
