@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "kernels/weight_memory.h"
 
 namespace crescent::kernels {
 namespace {
@@ -17,6 +18,10 @@ using Clock = std::chrono::steady_clock;
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
+
+int64_t round_up_4k(int64_t n) {
+  return (n + 4095) / 4096 * 4096;
+}
 
 }  // namespace
 
@@ -80,9 +85,18 @@ double measure_peak_int8_gops(ThreadPool& pool) {
   return table.peak_int8_ops != nullptr ? measure_peak(pool, table.peak_int8_ops) : 0.0;
 }
 
-double measure_read_gbps(ThreadPool& pool, int64_t num_bytes) {
+double measure_read_gbps(ThreadPool& pool, int64_t num_bytes, ReadPages pages) {
   const int64_t num_words = num_bytes / 8;
-  std::vector<uint64_t> buf(num_words, 1);
+  std::shared_ptr<std::byte> memory;
+  if (pages == ReadPages::kLikeWeights) {
+    memory = allocate_weight_memory(num_words * 8);
+  } else {
+    memory.reset(static_cast<std::byte*>(std::aligned_alloc(4096, round_up_4k(num_words * 8))),
+                 FreeDeleter());
+    CRESCENT_CHECK(memory != nullptr) << "out of memory for the read baseline";
+  }
+  auto* buf = reinterpret_cast<uint64_t*>(memory.get());
+  std::fill(buf, buf + num_words, uint64_t{1});
   const int n = pool.num_threads();
   std::vector<uint64_t> sinks(n * 8);
   double best = 1e30;

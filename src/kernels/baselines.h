@@ -16,7 +16,12 @@ double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} <<
 
 // A stricter bandwidth reference than memcpy: every thread only reads its part of a large
 // buffer (no stores, so no write-allocate traffic). GB/s of bytes read, best of 5.
-double measure_read_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20);
+// kLikeWeights reads memory from allocate_weight_memory, as the GEMVs do (huge pages where THP
+// allows: the figure decode is judged against); kDefaultHeap reads aligned_alloc's pages, to show
+// what the huge pages are worth (on a VM, 4 KiB pages cost a nested page walk per TLB miss).
+enum class ReadPages { kLikeWeights, kDefaultHeap };
+double measure_read_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20,
+                         ReadPages pages = ReadPages::kLikeWeights);
 
 // Register-only multiply-add loop on every pool thread: vdpbf16ps for kBF16 where the CPU has
 // AVX512-BF16, otherwise FP32 FMA at the widest width the CPU has. 2 flops per multiply-add.

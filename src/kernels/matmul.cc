@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/kernel_table.h"
+#include "kernels/weight_memory.h"
 
 namespace crescent::kernels {
 namespace {
@@ -253,10 +254,6 @@ std::optional<WeightFormat> native_weight_format(DType dtype) {
   return std::nullopt;
 }
 
-void PackedWeight::FreeDeleter::operator()(std::byte* p) const {
-  std::free(p);
-}
-
 PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat format) {
   CRESCENT_CHECK(rows > 0 && cols > 0) << rows << "x" << cols;
   PackedWeight w;
@@ -289,10 +286,7 @@ PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat for
   }
   w.panel_stride_bytes_ = round_up(w.panel_stride_bytes_, 64);
   w.num_bytes_ = w.num_panels() * w.panel_stride_bytes_;
-  void* p = std::aligned_alloc(64, static_cast<size_t>(w.num_bytes_));
-  CRESCENT_CHECK(p != nullptr) << "out of memory packing a " << rows << "x" << cols << " weight";
-  std::memset(p, 0, static_cast<size_t>(w.num_bytes_));
-  w.data_.reset(static_cast<std::byte*>(p));
+  w.data_ = allocate_weight_memory(w.num_bytes_);
   return w;
 }
 

@@ -54,6 +54,8 @@ class PackedWeight {
   PackedWeight() = default;
   PackedWeight(PackedWeight&&) noexcept = default;
   PackedWeight& operator=(PackedWeight&&) noexcept = default;
+  PackedWeight(const PackedWeight&) = delete;
+  PackedWeight& operator=(const PackedWeight&) = delete;
 
   int64_t rows() const { return rows_; }  // output features
   int64_t cols() const { return cols_; }  // input features
@@ -74,9 +76,6 @@ class PackedWeight {
   static PackedWeight allocate(int64_t rows, int64_t cols, WeightFormat format);
 
  private:
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   int64_t padded_cols_ = 0;
@@ -84,7 +83,7 @@ class PackedWeight {
   int64_t num_bytes_ = 0;
   int64_t row_bytes_ = 0;
   WeightFormat format_ = WeightFormat::kF32;
-  std::unique_ptr<std::byte, FreeDeleter> data_;
+  std::shared_ptr<std::byte> data_;  // allocate_weight_memory (weight_memory.h)
 };
 
 // Packs `data` (row-major [rows][cols] of `dtype`; block-quantised sources need cols to be a
