@@ -143,8 +143,6 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
         dots[i][t] = _mm512_setzero_si512();
-      _mm_prefetch(reinterpret_cast<const char*>(quants[i] + b * 512) + 2048, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(quants[i] + b * 512) + 2048 + 256, _MM_HINT_T0);
     }
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
