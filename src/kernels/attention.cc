@@ -74,6 +74,56 @@ struct KvOps {
   }
 };
 
+// Prefill chunks of at least this many query rows go through attend_block_bf16, which widens
+// each KV block once for all of the chunk's rows and heads; fewer rows (decode) would not repay
+// the widening.
+constexpr int64_t kTileMinRows = 4;
+
+// One task's rows [t_begin, t_end) x the kv head's query heads, through attend_block_bf16.
+void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& seq, int kv_head,
+                          int64_t t_begin, int64_t t_end, const float* q, int num_heads, int group,
+                          int layer, const KvCacheLayout& layout, const std::byte* kv_base,
+                          float scale, float* out) {
+  const int num_q = static_cast<int>((t_end - t_begin) * group);
+  const int64_t head_dim = layout.head_dim;
+  std::vector<const float*> q_rows(num_q);
+  std::vector<float*> out_rows(num_q);
+  std::vector<int64_t> num_keys(num_q);
+  std::vector<int> visible(num_q);
+  std::vector<float> max_score(num_q, -std::numeric_limits<float>::infinity());
+  std::vector<float> sum(num_q, 0.0f);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    for (int h = 0; h < group; ++h) {
+      const int i = static_cast<int>((t - t_begin) * group + h);
+      const int64_t offset =
+          ((seq.q_row + t) * num_heads + int64_t{kv_head} * group + h) * head_dim;
+      q_rows[i] = q + offset;
+      out_rows[i] = out + offset;
+      num_keys[i] = seq.start_pos + t + 1;
+      std::memset(out_rows[i], 0, head_dim * sizeof(float));
+    }
+  }
+  const int block_size = layout.block_size;
+  const int64_t part = layout.layer_part_bytes();
+  const int64_t head_row = layout.head_row_bytes();
+  const int64_t max_keys = seq.start_pos + t_end;
+  for (int64_t kb = 0; kb * block_size < max_keys; ++kb) {
+    const std::byte* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_bytes();
+    const auto* k =
+        reinterpret_cast<const uint16_t*>(block + 2 * layer * part + kv_head * head_row);
+    const auto* v =
+        reinterpret_cast<const uint16_t*>(block + (2 * layer + 1) * part + kv_head * head_row);
+    const int n = static_cast<int>(std::min<int64_t>(block_size, max_keys - kb * block_size));
+    for (int i = 0; i < num_q; ++i)
+      visible[i] = static_cast<int>(std::clamp<int64_t>(num_keys[i] - kb * block_size, 0, n));
+    ops.attend_block_bf16(q_rows.data(), out_rows.data(), num_q, k, v,
+                          int64_t{layout.num_kv_heads} * head_row / 2, n, head_dim, scale,
+                          visible.data(), max_score.data(), sum.data());
+  }
+  for (int i = 0; i < num_q; ++i)
+    ops.scale(1.0f / sum[i], out_rows[i], head_dim);
+}
+
 template <KvDtype D>
 void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int num_heads,
                         int layer, const KvCacheLayout& layout, const std::byte* kv_base,
@@ -102,9 +152,16 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
     return seqs[a.seq].start_pos + a.t_end > seqs[b.seq].start_pos + b.t_end;
   });
 
+  const bool tiles = D == KvDtype::kBf16 && ops.attend_block_bf16 != nullptr &&
+                     head_dim % 16 == 0 && head_dim <= internal::kMaxTileDim;
   pool.parallel_for(static_cast<int>(tasks.size()), [&](int task_index) {
     const Task& task = tasks[task_index];
     const AttentionSeq& seq = seqs[task.seq];
+    if (tiles && task.t_end - task.t_begin >= kTileMinRows) {
+      attend_task_in_tiles(ops, seq, task.kv_head, task.t_begin, task.t_end, q, num_heads, group,
+                           layer, layout, kv_base, scale, out);
+      return;
+    }
     std::vector<float> scores(block_size);
     std::vector<float> max_score(group);
     std::vector<float> sum(group);

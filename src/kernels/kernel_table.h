@@ -48,6 +48,9 @@ constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
 
+// attend_block_bf16's largest head dimension.
+constexpr int64_t kMaxTileDim = 256;
+
 struct KernelTable {
   MatmulPanelsFn matmul_f32 = nullptr;     // F32 weights, f32 math
   MatmulPanelsFn matmul_bf16 = nullptr;    // BF16 weights widened to f32, f32 math
@@ -69,6 +72,14 @@ struct KernelTable {
                         float scale, float* out) = nullptr;
   void (*axpy_rows_bf16)(const float* p, const uint16_t* rows, int64_t stride, int n, int64_t dim,
                          float* y) = nullptr;
+  // Many queries against one KV block (bf16 rows `stride` elements apart, n keys, dim a
+  // multiple of 16 up to kMaxTileDim), one online-softmax step each: query i sees the block's
+  // first visible[i] keys (none: untouched); its running max m[i], sum l[i] and output row out[i]
+  // (unnormalised) are updated as paged_attention's per-row loop would. Widening the block once
+  // for every query is what makes prefill attention cheap. null: that per-row loop.
+  void (*attend_block_bf16)(const float* const* q, float* const* out, int num_q, const uint16_t* k,
+                            const uint16_t* v, int64_t stride, int n, int64_t dim, float scale,
+                            const int* visible, float* m, float* l) = nullptr;
   // The other stored KV types (kv_convert.h): f16, fp8_e4m3 and q8_0 (n a multiple of 32).
   float (*dot_f16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
