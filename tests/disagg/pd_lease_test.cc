@@ -15,6 +15,7 @@
 #include "disagg/pd_client.h"
 #include "disagg/pd_cluster.h"
 #include "net/http/http_client.h"
+#include "tests/testing/health_poll.h"
 
 namespace crescent::testing {
 namespace {
@@ -168,20 +169,11 @@ TEST_F(PdLeaseTest, FrozenPrefillIsReplacedAfterItsLeaseAndFencedWhenItWakes) {
 
   old_prefill_.process->signal(SIGCONT);
   net::http::HttpClient http("127.0.0.1", old_prefill_.port);
-  auto deadline = Deadline::after_ms(slack_ms(static_cast<int64_t>(kLeaseTtlS * 1000) + 3000));
-  int status = 0;
-  std::string health_body;
-  while (!deadline.is_expired()) {
-    auto r = http.request("GET", "/health", "", {}, Deadline::after_ms(2000));
-    status = r.is_ok() ? r->status : 0;
-    if (status == 503) {
-      health_body = r->body;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(status, 503) << "the fenced P still says it is healthy";
-  EXPECT_NE(health_body.find("fenced out at the bootstrap"), std::string::npos) << health_body;
+  const HealthAnswer health =
+      poll_health(old_prefill_.port, 503,
+                  Deadline::after_ms(slack_ms(static_cast<int64_t>(kLeaseTtlS * 1000) + 3000)));
+  EXPECT_EQ(health.status, 503) << "the fenced P still says it is healthy";
+  EXPECT_NE(health.body.find("fenced out at the bootstrap"), std::string::npos) << health.body;
   auto fenced_answer =
       http.request("POST", "/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":1})",
                    {{"Content-Type", "application/json"}}, Deadline::after_ms(5000));

@@ -14,6 +14,7 @@
 #include "net/http/http_client.h"
 #include "testing/test_models.h"
 #include "tests/testing/free_port.h"
+#include "tests/testing/health_poll.h"
 
 namespace crescent::testing {
 
@@ -129,15 +130,9 @@ double wait_for_metric(int port, const std::string& name, double value,
 }
 
 void wait_until_healthy(int port, const std::string& what, std::chrono::milliseconds timeout) {
-  const Deadline deadline = Deadline::after(timeout);
-  int status = 0;
-  std::string body = http_get(port, "/health", &status);
-  while (status != 200 && !deadline.is_expired()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    body = http_get(port, "/health", &status);
-  }
-  EXPECT_EQ(status, 200) << what << " on port " << port << " was not healthy in " << timeout.count()
-                         << " ms: " << body;
+  const HealthAnswer health = poll_health(port, 200, Deadline::after(timeout));
+  EXPECT_EQ(health.status, 200) << what << " on port " << port << " was not healthy in "
+                                << timeout.count() << " ms: " << health.body;
 }
 
 std::string text_of(const Reply& r) {

@@ -10,6 +10,7 @@
 
 #include "net/http/http_client.h"
 #include "proxy/fake_upstreams.h"
+#include "tests/testing/health_poll.h"
 
 namespace crescent::testing {
 namespace {
@@ -22,16 +23,14 @@ constexpr int64_t kWaitMs = 20'000;
 // Polls the proxy's /health until 200: it answers 503 "not polled yet" until it has polled its
 // upstreams once, which on a loaded machine can come after its port is open.
 ::testing::AssertionResult becomes_healthy(ProxyProcess& proxy) {
-  net::http::HttpClient client("127.0.0.1", proxy.port());
-  auto deadline = Deadline::after_ms(kWaitMs);
-  while (!deadline.is_expired()) {
-    auto r = client.request("GET", "/health", "", {}, Deadline::after_ms(2000));
-    if (r.is_ok() && r->status == 200) {
-      return ::testing::AssertionSuccess();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const HealthAnswer health = poll_health(proxy.port(), 200, Deadline::after_ms(kWaitMs));
+  if (health.status == 200) {
+    return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionFailure() << "the proxy never became ready:\n" << proxy.output();
+  return ::testing::AssertionFailure()
+         << "the proxy never became ready (last /health: " << health.status << " " << health.body
+         << "):\n"
+         << proxy.output();
 }
 
 TEST(ProxyProcessTest, UsageErrorsExitWithCode2AndAMessage) {
