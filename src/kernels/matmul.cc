@@ -254,7 +254,8 @@ std::optional<WeightFormat> native_weight_format(DType dtype) {
   return std::nullopt;
 }
 
-PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat format) {
+PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat format,
+                                    WeightStorage storage) {
   CRESCENT_CHECK(rows > 0 && cols > 0) << rows << "x" << cols;
   PackedWeight w;
   w.rows_ = rows;
@@ -286,12 +287,12 @@ PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat for
   }
   w.panel_stride_bytes_ = round_up(w.panel_stride_bytes_, 64);
   w.num_bytes_ = w.num_panels() * w.panel_stride_bytes_;
-  w.data_ = allocate_weight_memory(w.num_bytes_);
+  w.data_ = allocate_weight_memory(w.num_bytes_, storage);
   return w;
 }
 
 Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
-                                 WeightFormat format) {
+                                 WeightFormat format, WeightStorage storage) {
   if (data == nullptr || rows <= 0 || cols <= 0) {
     return invalid_argument("pack_weight: empty weight " + std::to_string(rows) + "x" +
                             std::to_string(cols));
@@ -307,7 +308,7 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
                             " columns cannot be stored as " + std::string(dtype_name(*row_dtype)) +
                             " (blocks of " + std::to_string(dtype_block_size(*row_dtype)) + ")");
   }
-  PackedWeight w = PackedWeight::allocate(rows, cols, format);
+  PackedWeight w = PackedWeight::allocate(rows, cols, format, storage);
   if (row_dtype) {
     const int64_t row_bytes = w.row_bytes();
     const auto* src = static_cast<const std::byte*>(data);

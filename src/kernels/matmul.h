@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/weight_memory.h"
 
 namespace crescent::kernels {
 
@@ -72,8 +73,9 @@ class PackedWeight {
   int64_t row_bytes() const { return row_bytes_; }
   std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
 
-  // An all-zero weight with storage for the given shape.
-  static PackedWeight allocate(int64_t rows, int64_t cols, WeightFormat format);
+  // An all-zero weight with storage for the given shape (weight_memory.h says where from).
+  static PackedWeight allocate(int64_t rows, int64_t cols, WeightFormat format,
+                               WeightStorage storage = WeightStorage::kModel);
 
  private:
   int64_t rows_ = 0;
@@ -91,8 +93,10 @@ class PackedWeight {
 // ggml (per 32 values, d = max|x| / 127, q = round(x / d)); a source already in the format's
 // block type keeps its exact bits; other sources are dequantised and requantised with ggml's
 // reference quantiser (quants.h). The ggml row formats need cols % block size == 0.
+// kTransient storage is for weights packed per request (weight_memory.h).
 Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
-                                 WeightFormat format);
+                                 WeightFormat format,
+                                 WeightStorage storage = WeightStorage::kModel);
 
 // The weight as row-major [rows][cols] floats (exact: dequantised values for Q8_0).
 std::vector<float> unpack_weight(const PackedWeight& w);

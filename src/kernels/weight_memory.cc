@@ -66,16 +66,21 @@ class Chunk {
   [[nodiscard]] std::byte* base() const { return base_; }
   [[nodiscard]] size_t size() const { return size_; }
 
+  int64_t live = 0;  // arena chunks: blocks handed out and not yet released (under Arena::mu)
+
  private:
   std::byte* base_ = nullptr;
   size_t size_ = 0;
 };
 
-// The chunk small weights are carved from, bump-allocated. Each weight's pointer shares
-// ownership of its chunk, so a chunk goes when its last weight does.
+// The chunk small weights are carved from, bump-allocated. Every block handed out counts in its
+// chunk's `live`, and its release takes the mutex to count down, so the next allocation sees
+// every access of a released block happen before it reuses the bytes. A chunk that is no longer
+// current is unmapped with its last block; the current one, once empty, is carved again from
+// its start.
 struct Arena {
   std::mutex mu;
-  std::shared_ptr<Chunk> current;
+  Chunk* current = nullptr;
   size_t used = 0;
 };
 
@@ -84,42 +89,71 @@ Arena& arena() {
   return *a;
 }
 
-}  // namespace
+void release_block(Chunk* chunk) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (--chunk->live == 0 && chunk != a.current) {
+    delete chunk;
+  }
+}
 
-std::shared_ptr<std::byte> allocate_weight_memory(int64_t num_bytes) {
-  CRESCENT_CHECK(num_bytes > 0) << "weight memory of " << num_bytes << " bytes";
-  const size_t size = round_up(static_cast<size_t>(num_bytes), 64);
-#ifdef CRESCENT_WEIGHT_MEMORY_PER_BLOCK
+std::shared_ptr<std::byte> heap_block(size_t size) {
   void* p = std::aligned_alloc(64, size);
   CRESCENT_CHECK(p != nullptr) << "out of memory allocating " << size << " bytes for a weight";
   std::memset(p, 0, size);
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  return {static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); }};
+}
+
+}  // namespace
+
+std::shared_ptr<std::byte> allocate_weight_memory(int64_t num_bytes, WeightStorage storage) {
+  CRESCENT_CHECK(num_bytes > 0) << "weight memory of " << num_bytes << " bytes";
+  const size_t size = round_up(static_cast<size_t>(num_bytes), 64);
+#ifdef CRESCENT_WEIGHT_MEMORY_PER_BLOCK
+  (void)storage;
+  return heap_block(size);
 #else
-  if (size >= kOwnChunkBytes) {
-    auto chunk = std::make_shared<Chunk>(size);
-    return std::shared_ptr<std::byte>(chunk, chunk->base());  // fresh mappings read as zero
+  if (storage == WeightStorage::kTransient) {
+    return heap_block(size);
   }
-  std::shared_ptr<std::byte> block;
+  if (size >= kOwnChunkBytes) {
+    auto* chunk = new Chunk(size);  // a fresh mapping reads as zero
+    return {chunk->base(), [chunk](std::byte*) { delete chunk; }};
+  }
+  Chunk* chunk = nullptr;
+  std::byte* block = nullptr;
   {
     Arena& a = arena();
     std::lock_guard<std::mutex> lock(a.mu);
-    if (a.current != nullptr && a.current.use_count() == 1) {
-      a.used = 0;  // every weight carved from it is gone: carve again from its start
+    if (a.current != nullptr && a.current->live == 0) {
+      a.used = 0;  // every block carved from it is gone: carve again from its start
     }
     if (a.current == nullptr || a.used + size > a.current->size()) {
-      a.current = std::make_shared<Chunk>(kChunkBytes);
+      if (a.current != nullptr && a.current->live == 0) {
+        delete a.current;
+      }
+      a.current = new Chunk(kChunkBytes);
       a.used = 0;
     }
-    block = std::shared_ptr<std::byte>(a.current, a.current->base() + a.used);
+    chunk = a.current;
+    block = chunk->base() + a.used;
     a.used += size;
+    ++chunk->live;
   }
-  std::memset(block.get(), 0, size);  // a reused chunk holds the old weights' bytes
-  return block;
+  std::memset(block, 0, size);  // a reused chunk holds released blocks' bytes
+  return {block, [chunk](std::byte*) { release_block(chunk); }};
 #endif
 }
 
 WeightMemoryStats weight_memory_stats() {
-  return {g_chunks.load(std::memory_order_relaxed), g_mapped_bytes.load(std::memory_order_relaxed)};
+  WeightMemoryStats stats{g_chunks.load(std::memory_order_relaxed),
+                          g_mapped_bytes.load(std::memory_order_relaxed), 0};
+#ifndef CRESCENT_WEIGHT_MEMORY_PER_BLOCK
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  stats.current_chunk_live = a.current != nullptr ? a.current->live : 0;
+#endif
+  return stats;
 }
 
 }  // namespace crescent::kernels

@@ -18,13 +18,22 @@
 
 namespace crescent::kernels {
 
-// `num_bytes` (> 0) of zeroed memory aligned to 64 bytes. The memory lives while any copy of the
-// pointer does; a chunk is unmapped when the last weight carved from it is released.
-std::shared_ptr<std::byte> allocate_weight_memory(int64_t num_bytes);
+// Where a weight's bytes come from. kModel: the huge-page chunks above, for weights that live as
+// long as their model. kTransient: the heap, for packed temporaries made per request (a vision
+// tower's K and V^T per image), which would otherwise take arena space that stays pinned while
+// any model weight shares its chunk.
+enum class WeightStorage { kModel, kTransient };
+
+// `num_bytes` (> 0) of zeroed memory aligned to 64 bytes, alive while any copy of the pointer is.
+// A chunk other than the one being carved is unmapped with its last block; the one being carved
+// stays mapped (up to 64 MiB) and is carved again from its start once all of its blocks are gone.
+std::shared_ptr<std::byte> allocate_weight_memory(int64_t num_bytes,
+                                                  WeightStorage storage = WeightStorage::kModel);
 
 struct WeightMemoryStats {
-  int64_t chunks = 0;        // mapped chunks still alive
-  int64_t mapped_bytes = 0;  // their total size
+  int64_t chunks = 0;              // mapped chunks still alive
+  int64_t mapped_bytes = 0;        // their total size
+  int64_t current_chunk_live = 0;  // blocks of the chunk being carved not yet released
 };
 WeightMemoryStats weight_memory_stats();
 

@@ -341,11 +341,16 @@ void VisionTransformer::attention(const std::vector<Segment>& segments, int64_t 
         vt[d * len + j] = row[2 * embed + d];
       }
     }
-    // F32 packing of float data cannot fail.
+    // F32 packing of float data cannot fail. Per-image temporaries: heap, not the model's
+    // huge-page chunks (weight_memory.h).
+    constexpr auto kTransient = kernels::WeightStorage::kTransient;
     keys[static_cast<size_t>(pair)] =
-        std::move(kernels::pack_weight(k, DType::kF32, len, head_dim, attention_format)).value();
+        std::move(kernels::pack_weight(k, DType::kF32, len, head_dim, attention_format, kTransient))
+            .value();
     values_t[static_cast<size_t>(pair)] =
-        std::move(kernels::pack_weight(vt, DType::kF32, head_dim, len, attention_format)).value();
+        std::move(
+            kernels::pack_weight(vt, DType::kF32, head_dim, len, attention_format, kTransient))
+            .value();
   });
 
   struct Task {
