@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -182,6 +183,38 @@ TEST(PagedAttentionTest, Bf16KvTilesMatchNaiveAttention) {
   run_case(2, 7, 64, 32, KvDtype::kBf16);
   run_case(1, 2, 128, 5, KvDtype::kBf16);
   run_case(1, 3, 256, 16, KvDtype::kBf16);
+}
+
+// Causality holds even where a later position's V is not finite: no row may read a key it does
+// not see, not even as 0 * V. 20 rows of one prefill (tasks of 16 and 4 rows; with a group of 3
+// the AVX-512 tiles pair row 18's last head with row 19's first), V of the last position +inf in
+// every dtype that can hold it.
+TEST(PagedAttentionTest, AnInfiniteLaterValueDoesNotReachEarlierRows) {
+  for (KvDtype dtype : {KvDtype::kFloat32, KvDtype::kBf16, KvDtype::kF16}) {
+    const int num_kv_heads = 1, group = 3, head_dim = 64, block_size = 16, len = 20;
+    const int num_heads = num_kv_heads * group;
+    KvCacheLayout layout{1, block_size, num_kv_heads, head_dim, dtype};
+    std::vector<std::byte> kv(static_cast<size_t>(2 * layout.block_num_bytes()));
+    const std::vector<int32_t> block_table = {1, 0};
+    std::vector<float> k = random_floats(len * head_dim, 3);
+    std::vector<float> v = random_floats(len * head_dim, 4);
+    for (int d = 0; d < head_dim; ++d)
+      v[(len - 1) * head_dim + d] = std::numeric_limits<float>::infinity();
+    write_kv(k.data(), v.data(), len, 0, block_table.data(), 0, layout, kv.data());
+    const std::vector<float> q = random_floats(len * num_heads * head_dim, 5);
+    const AttentionSeq seq{0, len, 0, block_table.data()};
+    ThreadPool pool(2);
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> out(q.size());
+      paged_attention({&seq, 1}, q.data(), num_heads, 0, layout, kv.data(), 0.125f, out.data(),
+                      pool);
+      for (int64_t i = 0; i < (len - 1) * num_heads * head_dim; ++i) {
+        ASSERT_TRUE(std::isfinite(out[i])) << isa_name(isa) << " " << kv_dtype_name(dtype)
+                                           << " row " << i / (num_heads * head_dim);
+      }
+    }
+  }
 }
 
 TEST(PagedAttentionTest, F16KvMatchesNaiveAttention) {

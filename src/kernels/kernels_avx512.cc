@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/kernel_table.h"
 
 namespace crescent::kernels::internal {
@@ -390,17 +391,20 @@ inline void softmax_step(const TileState& st, int i, __m512 raw, int vis, float*
   _mm512_store_ps(p, e);
 }
 
-// out[a] (and out[b], b >= 0) += sum over keys j < n of p[j] * vf[j], NC * 16 dims from d0.
+// out[a] += sum over keys j < na of pa[j] * vf[j], and out[b] (b >= 0) the same over its nb keys,
+// NC * 16 dims from d0. Each query stops at its own last visible key: a key it may not see adds
+// nothing, not 0 * V (NaN where a later position's V is not finite).
 template <int NC>
-inline void add_values(const TileState& st, int a, int b, const float* pa, const float* pb, int n,
-                       const float* vf, int64_t d0) {
+inline void add_values(const TileState& st, int a, int b, const float* pa, const float* pb, int na,
+                       int nb, const float* vf, int64_t d0) {
   __m512 acc_a[NC];
   __m512 acc_b[NC];
   for (int c = 0; c < NC; ++c) {
     acc_a[c] = _mm512_loadu_ps(st.out[a] + d0 + 16 * c);
     acc_b[c] = b >= 0 ? _mm512_loadu_ps(st.out[b] + d0 + 16 * c) : _mm512_setzero_ps();
   }
-  for (int j = 0; j < n; ++j) {
+  const int both = std::min(na, nb);
+  for (int j = 0; j < both; ++j) {
     const __m512 wa = _mm512_set1_ps(pa[j]);
     const __m512 wb = _mm512_set1_ps(pb[j]);
     for (int c = 0; c < NC; ++c) {
@@ -408,6 +412,16 @@ inline void add_values(const TileState& st, int a, int b, const float* pa, const
       acc_a[c] = _mm512_fmadd_ps(wa, vj, acc_a[c]);
       acc_b[c] = _mm512_fmadd_ps(wb, vj, acc_b[c]);
     }
+  }
+  for (int j = both; j < na; ++j) {
+    const __m512 wa = _mm512_set1_ps(pa[j]);
+    for (int c = 0; c < NC; ++c)
+      acc_a[c] = _mm512_fmadd_ps(wa, _mm512_load_ps(vf + j * st.dim + d0 + 16 * c), acc_a[c]);
+  }
+  for (int j = both; j < nb; ++j) {
+    const __m512 wb = _mm512_set1_ps(pb[j]);
+    for (int c = 0; c < NC; ++c)
+      acc_b[c] = _mm512_fmadd_ps(wb, _mm512_load_ps(vf + j * st.dim + d0 + 16 * c), acc_b[c]);
   }
   for (int c = 0; c < NC; ++c) {
     _mm512_storeu_ps(st.out[a] + d0 + 16 * c, acc_a[c]);
@@ -423,9 +437,9 @@ void attend_block_bf16(const float* const* q, float* const* out, int num_q, cons
   alignas(64) float vf[16 * kMaxTileDim];
   alignas(64) float pa[16];
   alignas(64) float pb[16];
+  CRESCENT_CHECK(dim % 16 == 0 && dim <= kMaxTileDim) << "attend_block_bf16: head dim " << dim;
   const TileState st{q, out, visible, m, l, dim, _mm512_set1_ps(score_scale)};
-  std::vector<int> active;
-  active.reserve(num_q);
+  thread_local std::vector<int> active;  // the queries that see any of the 16 keys
   for (int j0 = 0; j0 < n; j0 += 16) {
     const int nk = std::min(16, n - j0);
     active.clear();
@@ -477,20 +491,18 @@ void attend_block_bf16(const float* const* q, float* const* out, int num_q, cons
       } else {
         _mm512_store_ps(pb, _mm512_setzero_ps());
       }
-      // Past a query's visible keys its p is 0, and vf holds real values there (or zeros).
-      const int keys = std::max(vis_a, vis_b);
       int64_t d0 = 0;
       for (; d0 + 64 <= dim; d0 += 64)
-        add_values<4>(st, a, b, pa, pb, keys, vf, d0);
+        add_values<4>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
       switch ((dim - d0) / 16) {
         case 3:
-          add_values<3>(st, a, b, pa, pb, keys, vf, d0);
+          add_values<3>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
           break;
         case 2:
-          add_values<2>(st, a, b, pa, pb, keys, vf, d0);
+          add_values<2>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
           break;
         case 1:
-          add_values<1>(st, a, b, pa, pb, keys, vf, d0);
+          add_values<1>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
           break;
         default:
           break;
