@@ -4,6 +4,7 @@
 // can come well after its port opens), or 503 once a server is taken out of service.
 // Header-only: the test helpers of several directories share it.
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -24,7 +25,9 @@ inline HealthAnswer poll_health(int port, int want, const Deadline& deadline) {
   net::http::HttpClient client("127.0.0.1", port);
   HealthAnswer last;
   while (true) {
-    auto r = client.request("GET", "/health", "", {}, Deadline::after_ms(2000));
+    // One ask may take 2 s, never past the overall deadline (but always at least 100 ms).
+    const int64_t ask_ms = std::max<int64_t>(100, std::min<int64_t>(2000, deadline.remaining_ms()));
+    auto r = client.request("GET", "/health", "", {}, Deadline::after_ms(ask_ms));
     last = r.is_ok() ? HealthAnswer{r->status, r->body} : HealthAnswer{0, r.status().to_string()};
     if (last.status == want || deadline.is_expired()) {
       return last;
