@@ -73,6 +73,7 @@ class Chunk {
   size_t size_ = 0;
 };
 
+#ifndef CRESCENT_WEIGHT_MEMORY_PER_BLOCK
 // The chunk small weights are carved from, bump-allocated. Every block handed out counts in its
 // chunk's `live`, and its release takes the mutex to count down, so the next allocation sees
 // every access of a released block happen before it reuses the bytes. A chunk that is no longer
@@ -96,6 +97,8 @@ void release_block(Chunk* chunk) {
     delete chunk;
   }
 }
+
+#endif  // CRESCENT_WEIGHT_MEMORY_PER_BLOCK
 
 std::shared_ptr<std::byte> heap_block(size_t size) {
   void* p = std::aligned_alloc(64, size);
