@@ -6,8 +6,10 @@
 // and then every token runs against it in a 2-panel x 4-token register tile.
 //
 // Why not repack at load: the unpacked form is ~2.5x the bytes of Q4_K, and batch-1 decode,
-// which is bound by reading those bytes, keeps the row dots on the stored blocks. Unpacking per
-// matmul costs about one pass over the weight, small next to 16+ tokens of multiply-adds.
+// which is bound by reading those bytes, keeps streaming the stored blocks. Unpacking per matmul
+// costs about one pass over the weight, small next to 16+ tokens of multiply-adds. The legacy
+// types are stored x16-interleaved on these CPUs (legacy_x16.h), already in the unpacked lane
+// order, so theirs is a few masked-nibble stores per block.
 //
 // Arithmetic: a weight value is scale[g] * (u - bias) + offset[g] (u the quant made unsigned by
 // the type's bias, g its group of 16 or 32 values); with the activation x = dx * q (dx per
@@ -25,6 +27,7 @@
 
 #include "core/check.h"
 #include "kernels/kernel_table.h"
+#include "kernels/legacy_x16_avx512.h"
 #include "kernels/quant_unpack.h"
 
 namespace crescent::kernels::internal {
@@ -285,6 +288,27 @@ void unpack_panel(const PackedWeight& w, int64_t panel, int group_size, UnpackRo
   }
 }
 
+// An x16-interleaved legacy panel (legacy_x16.h) already has the unpacked panel's lane order:
+// each column run is one masked-nibble vector. Rows past the weight's end are stored as zeros
+// (d = 0), so they need no clearing.
+template <typename Block>
+void unpack_x16_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel& out) {
+  using L = LegacyX16<Block>;
+  const auto* g = reinterpret_cast<const uint8_t*>(w.panel(panel));
+  const __m512i levels = L::kNonLinear ? iq4nl_unsigned_levels() : _mm512_setzero_si512();
+  for (int64_t b = 0; b < w.padded_cols() / 32; ++b, g += L::kGroupBytes) {
+    __m512i u[8];
+    unpack_x16_group<Block>(g, levels, u);
+    for (int j = 0; j < 8; ++j)
+      _mm512_storeu_si512(out.quants + (b * 8 + j) * (4 * kR), u[j]);
+    _mm512_storeu_ps(out.scale + b * kR, load_x16_f16s(g + L::kDOffset));
+    _mm512_storeu_ps(out.offset + b * kR,
+                     L::kHasMin ? load_x16_f16s(g + L::kMOffset) : _mm512_setzero_ps());
+  }
+}
+
+using UnpackX16PanelFn = void (*)(const PackedWeight& w, int64_t panel, const UnpackedPanel& out);
+
 // P panels x T tokens over the whole K: int32 group dots, scaled and offset per group into an
 // f32 sum per activation block (A values), which its activation scale then adds to the total.
 template <int S, int A, int kBias, bool kHasMin, int P, int T>
@@ -405,16 +429,26 @@ void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) 
 }
 
 // S values per weight scale group, A per activation block.
+// unpack_x16: the legacy types' unpacking for x16 weights (null for the K-quants).
 template <int S, int A, int kBias, bool kHasMin>
-void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack) {
+void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack,
+                 UnpackX16PanelFn unpack_x16 = nullptr) {
   thread_local Scratch scratch;
   scratch.reserve(a.w->padded_cols(), S);
   const UnpackedPanel pan[2] = {scratch.panel(0), scratch.panel(1)};
+  const auto unpack_one = [&](int64_t p, const UnpackedPanel& out) {
+    if (a.w->is_legacy_x16()) {
+      CRESCENT_CHECK(unpack_x16 != nullptr);
+      unpack_x16(*a.w, p, out);
+    } else {
+      unpack_panel(*a.w, p, S, unpack, out);
+    }
+  };
   for (int64_t p = pb; p < pe; p += 2) {
     const bool two = p + 1 < pe;
-    unpack_panel(*a.w, p, S, unpack, pan[0]);
+    unpack_one(p, pan[0]);
     if (two) {
-      unpack_panel(*a.w, p + 1, S, unpack, pan[1]);
+      unpack_one(p + 1, pan[1]);
       gemm_tokens<S, A, kBias, kHasMin, 2>(a, pan, p);
     } else {
       gemm_tokens<S, A, kBias, kHasMin, 1>(a, pan, p);
@@ -426,13 +460,17 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
   CRESCENT_CHECK(a.group_size == ggml_gemm_group_size(*ggml_row_dtype(a.w->format())));
   switch (*ggml_row_dtype(a.w->format())) {
     case DType::kQ4_0:
-      return gemm_panels<32, 32, 8, false>(a, pb, pe, unpack_row<BlockQ4_0, 8, false>);
+      return gemm_panels<32, 32, 8, false>(a, pb, pe, unpack_row<BlockQ4_0, 8, false>,
+                                           unpack_x16_panel<BlockQ4_0>);
     case DType::kQ4_1:
-      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ4_1, 0, false>);
+      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ4_1, 0, false>,
+                                          unpack_x16_panel<BlockQ4_1>);
     case DType::kQ5_0:
-      return gemm_panels<32, 32, 16, false>(a, pb, pe, unpack_row<BlockQ5_0, 16, false>);
+      return gemm_panels<32, 32, 16, false>(a, pb, pe, unpack_row<BlockQ5_0, 16, false>,
+                                            unpack_x16_panel<BlockQ5_0>);
     case DType::kQ5_1:
-      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ5_1, 0, false>);
+      return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ5_1, 0, false>,
+                                          unpack_x16_panel<BlockQ5_1>);
     case DType::kQ2_K:
       return gemm_panels<16, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ2_K, 0, true>);
     case DType::kQ3_K:
@@ -444,7 +482,8 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
     case DType::kQ6_K:
       return gemm_panels<16, kQKBlockSize, 32, false>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>);
     case DType::kIQ4_NL:
-      return gemm_panels<32, 32, 128, false>(a, pb, pe, unpack_row<BlockIQ4_NL, 128, false>);
+      return gemm_panels<32, 32, 128, false>(a, pb, pe, unpack_row<BlockIQ4_NL, 128, false>,
+                                             unpack_x16_panel<BlockIQ4_NL>);
     default:
       CRESCENT_CHECK(false) << "no ggml GEMM for " << weight_format_name(a.w->format());
   }

@@ -28,8 +28,8 @@ std::array<KernelTable, 4> build_tables() {
   tables[static_cast<int>(Isa::kAvx512)] = t;
   if (best >= Isa::kAvx512Bf16) {
     fill_avx512bf16(&t);
-    fill_quant_avx512vnni(&t);
     fill_gemm_ggml_avx512vnni(&t);
+    fill_gemv_legacy_x16_avx512vnni(&t);
   }
   tables[static_cast<int>(Isa::kAvx512Bf16)] = t;
   return tables;

@@ -60,6 +60,9 @@ struct KernelTable {
   RowDotFn row_dot[kNumDTypes] = {};
   // ggml block types other than Q8_0, many tokens: panels unpacked once per call (gemm_ggml_*.cc).
   MatmulPanelsFn gemm_ggml = nullptr;
+  // The legacy block types stored x16-interleaved (legacy_x16.h), few tokens. Where it is set,
+  // pack_weight stores those types interleaved; every table still computes on such weights.
+  MatmulPanelsFn gemv_legacy_x16 = nullptr;
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
   // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
@@ -119,8 +122,8 @@ void fill_avx512bf16(KernelTable* table);
 // The ggml block types' row dots (quant_dot_<isa>.cc).
 void fill_quant_portable(KernelTable* table);
 void fill_quant_avx2(KernelTable* table);
-void fill_quant_avx512vnni(KernelTable* table);
 void fill_gemm_ggml_avx512vnni(KernelTable* table);
+void fill_gemv_legacy_x16_avx512vnni(KernelTable* table);
 // The f16 / fp8_e4m3 / q8_0 KV loads of attention (kv_dot_<isa>.cc).
 void fill_kv_portable(KernelTable* table);
 void fill_kv_avx2(KernelTable* table);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/kernel_table.h"
+#include "kernels/legacy_x16.h"
 #include "kernels/weight_memory.h"
 
 namespace crescent::kernels {
@@ -105,8 +106,17 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   }
   const int64_t r_end = std::min(rows, panel_end * kPanelRows);
   float out[internal::kMaxDotTokens];
+  // An x16 weight on a table without its kernel (a lower ISA than the one it was packed under):
+  // each row put back in the file's layout first.
+  std::vector<std::byte> file_row(w.is_legacy_x16() ? w.row_bytes() : 0);
   for (int64_t r = panel_begin * kPanelRows; r < r_end; ++r) {
     const std::byte* row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
+    if (w.is_legacy_x16()) {
+      const DType type = *ggml_row_dtype(w.format());
+      load_legacy_x16_row(type, w.panel(r / kPanelRows), cols / dtype_block_size(type),
+                          static_cast<int>(r % kPanelRows), file_row.data());
+      row = file_row.data();
+    }
     const float bias = a.bias != nullptr ? a.bias[r] : 0.0f;
     for (int64_t t0 = 0; t0 < a.num_tokens; t0 += internal::kMaxDotTokens) {
       const int n = static_cast<int>(std::min<int64_t>(internal::kMaxDotTokens, a.num_tokens - t0));
@@ -310,16 +320,27 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
   }
   PackedWeight w = PackedWeight::allocate(rows, cols, format, storage);
   if (row_dtype) {
+    // The x16 layout pays where its kernel is; the other tables compute on it too (slowly).
+    w.legacy_x16_ =
+        is_legacy_block_type(*row_dtype) && internal::active_table().gemv_legacy_x16 != nullptr;
     const int64_t row_bytes = w.row_bytes();
+    const int64_t num_blocks = cols / dtype_block_size(*row_dtype);
     const auto* src = static_cast<const std::byte*>(data);
     std::vector<float> row(cols);
+    std::vector<std::byte> quantized(row_bytes);
     for (int64_t r = 0; r < rows; ++r) {
-      std::byte* dst = w.mutable_panel(r / kPanelRows) + (r % kPanelRows) * row_bytes;
-      if (dtype == *row_dtype) {
-        std::memcpy(dst, src + r * row_bytes, row_bytes);
-      } else {
+      std::byte* panel = w.mutable_panel(r / kPanelRows);
+      const int ri = static_cast<int>(r % kPanelRows);
+      const std::byte* blocks = src + r * row_bytes;
+      if (dtype != *row_dtype) {
         source_row_to_float(data, dtype, cols, r, row.data());
-        quantize_row(*row_dtype, row.data(), cols, dst);
+        quantize_row(*row_dtype, row.data(), cols, quantized.data());
+        blocks = quantized.data();
+      }
+      if (w.legacy_x16_) {
+        store_legacy_x16_row(*row_dtype, blocks, num_blocks, ri, panel);
+      } else {
+        std::memcpy(panel + ri * row_bytes, blocks, row_bytes);
       }
     }
     return w;
@@ -367,15 +388,35 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
   return w;
 }
 
+std::vector<std::byte> panel_file_rows(const PackedWeight& w, int64_t p) {
+  const std::optional<DType> row_dtype = ggml_row_dtype(w.format());
+  CRESCENT_CHECK(row_dtype.has_value()) << weight_format_name(w.format()) << " has no ggml rows";
+  CRESCENT_CHECK(p >= 0 && p < w.num_panels()) << p;
+  const int64_t row_bytes = w.row_bytes();
+  std::vector<std::byte> out(kPanelRows * row_bytes);
+  if (!w.is_legacy_x16()) {
+    std::memcpy(out.data(), w.panel(p), out.size());
+    return out;
+  }
+  for (int r = 0; r < kPanelRows; ++r) {
+    load_legacy_x16_row(*row_dtype, w.panel(p), w.cols() / dtype_block_size(*row_dtype), r,
+                        out.data() + r * row_bytes);
+  }
+  return out;
+}
+
 std::vector<float> unpack_weight(const PackedWeight& w) {
   const int64_t rows = w.rows();
   const int64_t cols = w.cols();
   const int64_t kp = w.padded_cols();
   std::vector<float> out(rows * cols);
   if (const std::optional<DType> row_dtype = ggml_row_dtype(w.format())) {
-    for (int64_t r = 0; r < rows; ++r) {
-      dtype_to_float(*row_dtype, w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes(), cols,
-                     &out[r * cols]);
+    for (int64_t p = 0; p < w.num_panels(); ++p) {
+      const std::vector<std::byte> panel = panel_file_rows(w, p);
+      for (int64_t r = p * kPanelRows; r < std::min(rows, (p + 1) * kPanelRows); ++r) {
+        dtype_to_float(*row_dtype, panel.data() + (r % kPanelRows) * w.row_bytes(), cols,
+                       &out[r * cols]);
+      }
     }
     return out;
   }
@@ -559,6 +600,8 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         args.x_sum = x_sum.data();
       }
       fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
+      if (w.is_legacy_x16() && table.gemv_legacy_x16 != nullptr)
+        fn = table.gemv_legacy_x16;
       if (table.gemm_ggml != nullptr && num_tokens >= internal::kGgmlGemmMinTokens) {
         prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_sum);
         fn = table.gemm_ggml;

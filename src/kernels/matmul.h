@@ -69,8 +69,12 @@ class PackedWeight {
   int64_t padded_cols() const { return padded_cols_; }
   int64_t panel_stride_bytes() const { return panel_stride_bytes_; }
   const std::byte* panel(int64_t p) const { return data_.get() + p * panel_stride_bytes_; }
-  // ggml row formats: bytes of one row; row r is at panel(r / 16) + (r % 16) * row_bytes().
+  // ggml row formats: bytes of one row; row r is at panel(r / 16) + (r % 16) * row_bytes(),
+  // unless is_legacy_x16().
   int64_t row_bytes() const { return row_bytes_; }
+  // The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) packed where the CPU has
+  // AVX512-VNNI: each panel's rows interleaved block by block (legacy_x16.h). Same bytes.
+  bool is_legacy_x16() const { return legacy_x16_; }
   std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
 
   // An all-zero weight with storage for the given shape (weight_memory.h says where from).
@@ -85,7 +89,11 @@ class PackedWeight {
   int64_t num_bytes_ = 0;
   int64_t row_bytes_ = 0;
   WeightFormat format_ = WeightFormat::kF32;
+  bool legacy_x16_ = false;
   std::shared_ptr<std::byte> data_;  // allocate_weight_memory (weight_memory.h)
+
+  friend Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
+                                          WeightFormat format, WeightStorage storage);
 };
 
 // Packs `data` (row-major [rows][cols] of `dtype`; block-quantised sources need cols to be a
@@ -97,6 +105,10 @@ class PackedWeight {
 Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,
                                  WeightFormat format,
                                  WeightStorage storage = WeightStorage::kModel);
+
+// Panel p of a ggml row format as the file lays its 16 rows out (row r's blocks at
+// r * row_bytes()), whatever the stored layout: bytes that do not depend on the CPU.
+std::vector<std::byte> panel_file_rows(const PackedWeight& w, int64_t p);
 
 // The weight as row-major [rows][cols] floats (exact: dequantised values for Q8_0).
 std::vector<float> unpack_weight(const PackedWeight& w);

@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/kernel_table.h"
+#include "kernels/legacy_x16.h"
 #include "kernels/matmul.h"
 #include "kernels/quant_unpack.h"
 #include "kernels/test_util.h"
@@ -312,7 +313,7 @@ std::vector<float> effective_acts(DType t, const std::vector<float>& x, Quantize
 }
 
 TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
-  // 416 = 13 legacy blocks: one run of eight and a tail of five for the VNNI legacy kernel.
+  // 416 = 13 legacy blocks (not a whole number of K-quant blocks: legacy types only).
   for (int64_t n : {256, 256 * 7, 416}) {
     for (DType t : kTypes) {
       if (n % dtype_block_size(t) != 0)
@@ -346,8 +347,8 @@ TEST(QuantsTest, RowDotsEqualDequantizedReferenceOnEveryIsa) {
 TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
   ThreadPool pool(2);
   const int64_t rows = 37;
-  // 224 columns: a legacy row whose last 64-column run of the GEMM's panel is half full; 416:
-  // eight blocks and a tail of five in the VNNI legacy row dot.
+  // 224 columns: a legacy row whose last 64-column run of the GEMM's panel is half full; 416: 13
+  // legacy blocks (an odd count for the x16 layout's groups). 37 rows: the last panel has 5.
   for (int64_t cols : {512, 224, 416}) {
     for (DType t : kTypes) {
       if (t == DType::kQ8_0 || cols % dtype_block_size(t) != 0)
@@ -358,43 +359,61 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
       for (int64_t r = 0; r < rows; ++r) {
         quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
       }
+      // Packed under the portable table (the file's row layout) and under the CPU's best (the
+      // legacy types x16-interleaved where it has VNNI); every ISA then computes on both.
+      Result<PackedWeight> file_layout = [&] {
+        ScopedIsa scoped(Isa::kPortable);
+        return pack_weight(wq.data(), t, rows, cols, format);
+      }();
       // Same-type sources keep their bytes; float sources are quantised the same way.
       Result<PackedWeight> from_bytes = pack_weight(wq.data(), t, rows, cols, format);
       Result<PackedWeight> from_float = pack_weight(wf.data(), DType::kF32, rows, cols, format);
-      ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok()) << dtype_name(t);
+      ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok() && file_layout.is_ok()) << dtype_name(t);
+      EXPECT_FALSE(file_layout->is_legacy_x16());
+      EXPECT_EQ(from_bytes->is_legacy_x16(),
+                is_legacy_block_type(t) && detected_isa() >= Isa::kAvx512Bf16)
+          << dtype_name(t);
       const std::vector<float> wd = unpack_weight(*from_bytes);
       EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
+      EXPECT_EQ(wd, unpack_weight(*file_layout)) << dtype_name(t);
       EXPECT_EQ(wd, dequantize(t, wq, rows * cols)) << dtype_name(t);
+      for (int64_t p = 0; p < from_bytes->num_panels(); ++p) {
+        // The weights fingerprint reads these: the same on every CPU.
+        ASSERT_EQ(panel_file_rows(*from_bytes, p), panel_file_rows(*file_layout, p))
+            << dtype_name(t) << " panel " << p;
+      }
       const std::vector<float> bias = random_floats(rows, 33);
-      // 1-4 tokens take the row dots (every token-count kernel); 10, 11 and 37 the GEMM where the
-      // CPU has VNNI (4-token tiles plus a tail of 2, 3 and 1).
+      // 1-4 tokens take the row dots or the x16 GEMV (every token-count kernel); 10, 11 and 37
+      // the GEMM where the CPU has VNNI (4-token tiles plus a tail of 2, 3 and 1).
       for (int64_t num_tokens : {1, 2, 3, 4, 10, 11, 37}) {
-        const std::vector<float> x = random_floats(num_tokens * cols, 34);
-        std::vector<float> y(num_tokens * rows);
-        for (Isa isa : available_isas()) {
-          ScopedIsa scoped(isa);
-          matmul(x.data(), num_tokens, *from_bytes, bias.data(), y.data(), pool);
-          for (int64_t tk = 0; tk < num_tokens; ++tk) {
-            QuantizedActs acts;
-            std::vector<BlockQ8K> q8k;
-            std::vector<int8_t> q;
-            std::vector<float> scale;
-            std::vector<int32_t> sum;
-            const std::vector<float> xt(x.begin() + tk * cols, x.begin() + (tk + 1) * cols);
-            const std::vector<float> xe = effective_acts(t, xt, &acts, &q8k, &q, &scale, &sum);
-            for (int64_t r = 0; r < rows; ++r) {
-              double ref = bias[r];
-              double mag = std::fabs(ref);
-              double loose = bias[r];
-              for (int64_t c = 0; c < cols; ++c) {
-                ref += static_cast<double>(wd[r * cols + c]) * xe[c];
-                mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xe[c]);
-                loose += static_cast<double>(wd[r * cols + c]) * xt[c];
+        for (const PackedWeight* packed : {&*from_bytes, &*file_layout}) {
+          const std::vector<float> x = random_floats(num_tokens * cols, 34);
+          std::vector<float> y(num_tokens * rows);
+          for (Isa isa : available_isas()) {
+            ScopedIsa scoped(isa);
+            matmul(x.data(), num_tokens, *packed, bias.data(), y.data(), pool);
+            for (int64_t tk = 0; tk < num_tokens; ++tk) {
+              QuantizedActs acts;
+              std::vector<BlockQ8K> q8k;
+              std::vector<int8_t> q;
+              std::vector<float> scale;
+              std::vector<int32_t> sum;
+              const std::vector<float> xt(x.begin() + tk * cols, x.begin() + (tk + 1) * cols);
+              const std::vector<float> xe = effective_acts(t, xt, &acts, &q8k, &q, &scale, &sum);
+              for (int64_t r = 0; r < rows; ++r) {
+                double ref = bias[r];
+                double mag = std::fabs(ref);
+                double loose = bias[r];
+                for (int64_t c = 0; c < cols; ++c) {
+                  ref += static_cast<double>(wd[r * cols + c]) * xe[c];
+                  mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xe[c]);
+                  loose += static_cast<double>(wd[r * cols + c]) * xt[c];
+                }
+                ASSERT_NEAR(y[tk * rows + r], ref, 2e-6 * mag + 1e-6)
+                    << dtype_name(t) << " " << isa_name(isa) << " t=" << tk << " r=" << r;
+                // Against the unquantised activations: the activation quantisation error only.
+                ASSERT_NEAR(y[tk * rows + r], loose, 0.02 * mag + 1e-4) << dtype_name(t);
               }
-              ASSERT_NEAR(y[tk * rows + r], ref, 2e-6 * mag + 1e-6)
-                  << dtype_name(t) << " " << isa_name(isa) << " t=" << tk << " r=" << r;
-              // Against the unquantised activations: the activation quantisation error only.
-              ASSERT_NEAR(y[tk * rows + r], loose, 0.02 * mag + 1e-4) << dtype_name(t);
             }
           }
         }

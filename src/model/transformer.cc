@@ -224,6 +224,15 @@ void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {
   f.number(w.rows());
   f.number(w.cols());
   f.number(static_cast<int64_t>(w.format()));
+  if (kernels::ggml_row_dtype(w.format())) {
+    // The file's bytes, not the stored layout, which depends on the CPU (legacy_x16.h): P/D
+    // peers on different CPUs load the same weights.
+    for (int64_t p : {int64_t{0}, w.num_panels() - 1}) {
+      const std::vector<std::byte> rows = kernels::panel_file_rows(w, p);
+      f.sample(rows.data(), static_cast<int64_t>(rows.size()));
+    }
+    return;
+  }
   const int64_t stride = w.panel_stride_bytes();
   f.sample(w.panel(0), stride);
   f.sample(w.panel(w.num_panels() - 1), stride);
