@@ -74,6 +74,18 @@ struct KvOps {
   }
 };
 
+// Where KV block `block`'s rows of `layer` start for one kv head: K and V.
+struct KvHeadRows {
+  const std::byte* k;
+  const std::byte* v;
+};
+KvHeadRows kv_head_rows(const KvCacheLayout& layout, const std::byte* block, int layer,
+                        int kv_head) {
+  const int64_t part = layout.layer_part_bytes();
+  const int64_t head = kv_head * layout.head_row_bytes();
+  return {block + 2 * layer * part + head, block + (2 * layer + 1) * part + head};
+}
+
 // Prefill chunks of at least this many query rows go through attend_block_bf16, which widens
 // each KV block once for all of the chunk's rows and heads; fewer rows (decode) would not repay
 // the widening.
@@ -88,7 +100,6 @@ void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& 
   const int64_t head_dim = layout.head_dim;
   std::vector<const float*> q_rows(num_q);
   std::vector<float*> out_rows(num_q);
-  std::vector<int64_t> num_keys(num_q);
   std::vector<int> visible(num_q);
   std::vector<float> max_score(num_q, -std::numeric_limits<float>::infinity());
   std::vector<float> sum(num_q, 0.0f);
@@ -99,26 +110,24 @@ void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& 
           ((seq.q_row + t) * num_heads + int64_t{kv_head} * group + h) * head_dim;
       q_rows[i] = q + offset;
       out_rows[i] = out + offset;
-      num_keys[i] = seq.start_pos + t + 1;
       std::memset(out_rows[i], 0, head_dim * sizeof(float));
     }
   }
   const int block_size = layout.block_size;
-  const int64_t part = layout.layer_part_bytes();
-  const int64_t head_row = layout.head_row_bytes();
   const int64_t max_keys = seq.start_pos + t_end;
   for (int64_t kb = 0; kb * block_size < max_keys; ++kb) {
-    const std::byte* block = kv_base + int64_t{seq.block_table[kb]} * layout.block_num_bytes();
-    const auto* k =
-        reinterpret_cast<const uint16_t*>(block + 2 * layer * part + kv_head * head_row);
-    const auto* v =
-        reinterpret_cast<const uint16_t*>(block + (2 * layer + 1) * part + kv_head * head_row);
+    const KvHeadRows rows = kv_head_rows(
+        layout, kv_base + int64_t{seq.block_table[kb]} * layout.block_num_bytes(), layer, kv_head);
     const int n = static_cast<int>(std::min<int64_t>(block_size, max_keys - kb * block_size));
-    for (int i = 0; i < num_q; ++i)
-      visible[i] = static_cast<int>(std::clamp<int64_t>(num_keys[i] - kb * block_size, 0, n));
-    ops.attend_block_bf16(q_rows.data(), out_rows.data(), num_q, k, v,
-                          int64_t{layout.num_kv_heads} * head_row / 2, n, head_dim, scale,
-                          visible.data(), max_score.data(), sum.data());
+    for (int i = 0; i < num_q; ++i) {
+      const int64_t num_keys = seq.start_pos + t_begin + i / group + 1;  // query row i's
+      visible[i] = static_cast<int>(std::clamp<int64_t>(num_keys - kb * block_size, 0, n));
+    }
+    ops.attend_block_bf16(q_rows.data(), out_rows.data(), num_q,
+                          reinterpret_cast<const uint16_t*>(rows.k),
+                          reinterpret_cast<const uint16_t*>(rows.v),
+                          int64_t{layout.num_kv_heads} * layout.head_row_bytes() / 2, n, head_dim,
+                          scale, visible.data(), max_score.data(), sum.data());
   }
   for (int i = 0; i < num_q; ++i)
     ops.scale(1.0f / sum[i], out_rows[i], head_dim);
@@ -134,7 +143,6 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
   const int block_size = layout.block_size;
   const int64_t head_row = layout.head_row_bytes();
   const int64_t kv_row = int64_t{num_kv_heads} * head_row;
-  const int64_t part = layout.layer_part_bytes();
   const int64_t block_bytes = layout.block_num_bytes();
   const internal::KernelTable& ops = internal::active_table();
   const KvOps<D> kv_ops{ops};
@@ -175,16 +183,15 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
         sum[h] = 0;
       }
       for (int64_t kb = 0; kb * block_size < num_keys; ++kb) {
-        const std::byte* block = kv_base + int64_t{seq.block_table[kb]} * block_bytes;
-        const std::byte* k_base = block + 2 * layer * part + task.kv_head * head_row;
-        const std::byte* v_base = block + (2 * layer + 1) * part + task.kv_head * head_row;
+        const KvHeadRows rows = kv_head_rows(
+            layout, kv_base + int64_t{seq.block_table[kb]} * block_bytes, layer, task.kv_head);
         const int n = static_cast<int>(std::min<int64_t>(block_size, num_keys - kb * block_size));
         for (int h = 0; h < group; ++h) {
           const int64_t head = int64_t{task.kv_head} * group + h;
           const float* qh = q + (row * num_heads + head) * head_dim;
           float* oh = out + (row * num_heads + head) * head_dim;
           float block_max = -std::numeric_limits<float>::infinity();
-          kv_ops.dot_block(qh, k_base, kv_row, n, head_dim, scale, scores.data());
+          kv_ops.dot_block(qh, rows.k, kv_row, n, head_dim, scale, scores.data());
           for (int j = 0; j < n; ++j)
             block_max = std::max(block_max, scores[j]);
           const float new_max = std::max(max_score[h], block_max);
@@ -196,7 +203,7 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
           max_score[h] = new_max;
           // The block's weights exp(score - max) at once (the table's vector exp).
           sum[h] += ops.exp_sum(scores.data(), n, 1.0f, new_max);
-          kv_ops.axpy_block(scores.data(), v_base, kv_row, n, head_dim, oh);
+          kv_ops.axpy_block(scores.data(), rows.v, kv_row, n, head_dim, oh);
         }
       }
       for (int h = 0; h < group; ++h) {

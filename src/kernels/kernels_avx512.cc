@@ -246,6 +246,13 @@ inline __m512 exp_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// exp(x) in the lanes of `live`, 0 elsewhere and wherever x is below exp_ps's clamp (a masked
+// -inf score gives 0, not 1.2e-38).
+inline __m512 masked_exp(__m512 x, __mmask16 live) {
+  const __mmask16 above = _mm512_mask_cmp_ps_mask(live, x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+  return _mm512_maskz_mov_ps(above, exp_ps(x));
+}
+
 inline __mmask16 tail_mask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1);
 }
@@ -363,7 +370,6 @@ void scale(float s, float* y, int64_t n) {
 struct TileState {
   const float* const* q;
   float* const* out;
-  const int* visible;
   float* m;
   float* l;
   int64_t dim;
@@ -383,10 +389,7 @@ inline void softmax_step(const TileState& st, int i, __m512 raw, int vis, float*
     scale(correction, st.out[i], st.dim);
   }
   st.m[i] = new_m;
-  const __m512 x = _mm512_sub_ps(scores, _mm512_set1_ps(new_m));
-  // Lanes below exp_ps's clamp (the -inf of keys the query does not see among them) give 0.
-  const __mmask16 nonzero = _mm512_mask_cmp_ps_mask(live, x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
-  const __m512 e = _mm512_maskz_mov_ps(nonzero, exp_ps(x));
+  const __m512 e = masked_exp(_mm512_sub_ps(scores, _mm512_set1_ps(new_m)), live);
   st.l[i] += _mm512_reduce_add_ps(e);
   _mm512_store_ps(p, e);
 }
@@ -438,7 +441,7 @@ void attend_block_bf16(const float* const* q, float* const* out, int num_q, cons
   alignas(64) float pa[16];
   alignas(64) float pb[16];
   CRESCENT_CHECK(dim % 16 == 0 && dim <= kMaxTileDim) << "attend_block_bf16: head dim " << dim;
-  const TileState st{q, out, visible, m, l, dim, _mm512_set1_ps(score_scale)};
+  const TileState st{q, out, m, l, dim, _mm512_set1_ps(score_scale)};
   thread_local std::vector<int> active;  // the queries that see any of the 16 keys
   for (int j0 = 0; j0 < n; j0 += 16) {
     const int nk = std::min(16, n - j0);
@@ -484,12 +487,10 @@ void attend_block_bf16(const float* const* q, float* const* out, int num_q, cons
       };
       const int vis_a = std::min(visible[a] - j0, nk);
       softmax_step(st, a, sum4(sa), vis_a, pa);
-      int vis_b = 0;
+      int vis_b = 0;  // no partner: add_values reads none of pb
       if (b >= 0) {
         vis_b = std::min(visible[b] - j0, nk);
         softmax_step(st, b, sum4(sb), vis_b, pb);
-      } else {
-        _mm512_store_ps(pb, _mm512_setzero_ps());
       }
       int64_t d0 = 0;
       for (; d0 + 64 <= dim; d0 += 64)
@@ -553,9 +554,7 @@ float exp_sum(float* x, int64_t n, float scale, float shift) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
     const __m512 v = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + i), vscale, vshift);
-    // Lanes below exp_ps's clamp (masked -inf scores among them) give 0, not 1.2e-38.
-    const __mmask16 live = _mm512_mask_cmp_ps_mask(m, v, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
-    const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(v));
+    const __m512 e = masked_exp(v, m);
     _mm512_mask_storeu_ps(x + i, m, e);
     acc = _mm512_add_ps(acc, e);
   }
