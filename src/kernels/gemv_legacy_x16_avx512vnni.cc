@@ -46,7 +46,7 @@ void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
     const __m512 d = load_x16_f16s(p + L::kDOffset);
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq[t] + 32 * b;
-      const auto x4 = [&](int j) {
+      const auto x4 = [&](int64_t j) {
         int32_t v;
         std::memcpy(&v, x + 4 * j, 4);
         return _mm512_set1_epi32(v);

@@ -7,7 +7,7 @@
 namespace crescent::kernels {
 namespace {
 
-constexpr int kRows = 16;
+constexpr int64_t kRows = 16;
 
 // Where one block's fields sit in the file's layout (ggml's block structs, dtype.h).
 struct BlockFields {
@@ -42,12 +42,14 @@ BlockFields block_fields(DType type) {
 // Calls fn(offset in the block, offset in the group, bytes) for the byte-copied fields of row
 // r's block: qs in four runs, d, and m.
 template <typename Fn>
-void for_each_copied_field(const BlockFields& f, const LegacyX16Layout& l, int r, Fn fn) {
-  for (int j = 0; j < 4; ++j)
+void for_each_copied_field(const BlockFields& f, const LegacyX16Layout& l, int64_t r, Fn fn) {
+  for (int64_t j = 0; j < 4; ++j) {
     fn(f.qs + 4 * j, j * 4 * kRows + 4 * r, 4);
+  }
   fn(f.d, l.d_offset + 2 * r, 2);
-  if (f.m >= 0)
+  if (f.m >= 0) {
     fn(f.m, l.m_offset + 2 * r, 2);
+  }
 }
 
 void check_row(int r) {
@@ -72,7 +74,7 @@ LegacyX16Layout legacy_x16_layout(DType type) {
   }
   if (f.qh >= 0) {
     l.qh_offset = next;
-    next += 8 * 8;
+    next += int64_t{8} * 8;
   }
   CRESCENT_CHECK(next == l.group_bytes) << dtype_name(type);
   return l;
@@ -89,12 +91,13 @@ void store_legacy_x16_row(DType type, const std::byte* row, int64_t num_blocks, 
     for_each_copied_field(f, l, r, [&](int64_t in_block, int64_t in_group, size_t n) {
       std::memcpy(group + in_group, block + in_block, n);
     });
-    if (f.qh < 0)
+    if (f.qh < 0) {
       continue;
+    }
     // Bits 4j..4j+3 of the row's qh become bits 4r..4r+3 of mask j.
     uint32_t qh;
     std::memcpy(&qh, block + f.qh, 4);
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       std::byte* at = group + l.qh_offset + 8 * j;
       uint64_t mask;
       std::memcpy(&mask, at, 8);
@@ -115,10 +118,11 @@ void load_legacy_x16_row(DType type, const std::byte* panel, int64_t num_blocks,
     for_each_copied_field(f, l, r, [&](int64_t in_block, int64_t in_group, size_t n) {
       std::memcpy(block + in_block, group + in_group, n);
     });
-    if (f.qh < 0)
+    if (f.qh < 0) {
       continue;
+    }
     uint32_t qh = 0;
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       uint64_t mask;
       std::memcpy(&mask, group + l.qh_offset + 8 * j, 8);
       qh |= static_cast<uint32_t>((mask >> (4 * r)) & 0xf) << (4 * j);

@@ -31,8 +31,9 @@ struct LegacyX16 {
 // IQ4_NL's levels plus 128 (unsigned, vpdpbusd's u8 operand), in every 128-bit lane.
 inline __m512i iq4nl_unsigned_levels() {
   alignas(16) std::array<uint8_t, 16> u{};
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < 16; ++i) {
     u[i] = static_cast<uint8_t>(kIQ4NLValues[i] + 128);
+  }
   return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u.data())));
 }
 
@@ -42,7 +43,7 @@ inline __m512i iq4nl_unsigned_levels() {
 template <typename Block>
 inline void unpack_x16_group(const uint8_t* g, __m512i levels, __m512i* u) {
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  for (int j = 0; j < 4; ++j) {
+  for (int64_t j = 0; j < 4; ++j) {
     const __m512i q = _mm512_loadu_si512(g + 64 * j);
     const __m512i hi = _mm512_srli_epi16(q, 4);
     if constexpr (LegacyX16<Block>::kHasHigh) {
