@@ -1,6 +1,7 @@
 #pragma once
 // The interleaved layout ("x16") the legacy ggml block types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)
-// are stored in where the CPU has AVX512-VNNI.
+// are stored in where the active kernel table has their GEMV: the AVX512-BF16 one (CPUs with
+// AVX512-BF16 and AVX512-VNNI; VNNI-only CPUs keep the file's rows and the AVX2 row dots).
 //
 // Why: batch-1 decode reads each weight once per token, so each 18-24 byte block must be
 // consumed in the time memory takes to deliver it. A row dot over the file's layout spends its
@@ -21,7 +22,8 @@
 // Column run j (values 4j..4j+3 of every row, j < 8) is thus (qs[j % 4] >> (4 * (j / 4))) & 15,
 // plus 16 where mask j is set.
 //
-// Thread-safety: pure functions.
+// Thread-safety: no shared state, but the 16 rows of one panel share its qh masks (each store
+// read-modify-writes them), so rows of one panel must be stored one after another.
 
 #include <cstddef>
 #include <cstdint>

@@ -109,13 +109,14 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   // An x16 weight on a table without its kernel (a lower ISA than the one it was packed under):
   // each row put back in the file's layout first.
   std::vector<std::byte> file_row(w.is_legacy_x16() ? w.row_bytes() : 0);
+  const DType type = *ggml_row_dtype(w.format());
   for (int64_t r = panel_begin * kPanelRows; r < r_end; ++r) {
-    const std::byte* row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
+    const std::byte* row = file_row.data();
     if (w.is_legacy_x16()) {
-      const DType type = *ggml_row_dtype(w.format());
       load_legacy_x16_row(type, w.panel(r / kPanelRows), cols / dtype_block_size(type),
                           static_cast<int>(r % kPanelRows), file_row.data());
-      row = file_row.data();
+    } else {
+      row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
     }
     const float bias = a.bias != nullptr ? a.bias[r] : 0.0f;
     for (int64_t t0 = 0; t0 < a.num_tokens; t0 += internal::kMaxDotTokens) {

@@ -73,7 +73,7 @@ class PackedWeight {
   // unless is_legacy_x16().
   int64_t row_bytes() const { return row_bytes_; }
   // The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) packed where the CPU has
-  // AVX512-VNNI: each panel's rows interleaved block by block (legacy_x16.h). Same bytes.
+  // AVX512-BF16 + VNNI: each panel's rows interleaved block by block (legacy_x16.h). Same bytes.
   bool is_legacy_x16() const { return legacy_x16_; }
   std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
 

@@ -228,7 +228,10 @@ void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {
     // The file's bytes, not the stored layout, which depends on the CPU (legacy_x16.h): P/D
     // peers on different CPUs load the same weights.
     for (int64_t p : {int64_t{0}, w.num_panels() - 1}) {
-      const std::vector<std::byte> rows = kernels::panel_file_rows(w, p);
+      std::vector<std::byte> rows = kernels::panel_file_rows(w, p);
+      // Zero-padded to the panel's stride, as stored row panels are: the hash earlier builds
+      // gave these weights.
+      rows.resize(w.panel_stride_bytes(), std::byte{0});
       f.sample(rows.data(), static_cast<int64_t>(rows.size()));
     }
     return;
