@@ -148,10 +148,22 @@ constexpr int64_t kGgmlGemmMinTokens = 5;
 // block_q8_0 stores it, returned as f32): n % 32 == 0.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);
 
-// Panel layout helpers (see docs/kernels.md).
-inline int64_t q8_scale_region_bytes(int64_t padded_cols) {
-  int64_t bytes = padded_cols / 32 * kPanelRows * 2;
-  return (bytes + 63) / 64 * 64;
+// Q8_0 panel layout (see docs/kernels.md): 32-column blocks in pairs, pair g at g * kQ8PairBytes:
+// the 16 rows' f16 scales of blocks 2g and 2g + 1 (32 bytes each), then the two blocks' quants
+// (512 bytes each, [column run j][row][4 bytes], u8 = q + 128). One 64-byte-aligned stream per
+// panel: decode reads each block's scales beside its quants, not from a second region.
+constexpr int64_t kQ8BlockQuantBytes = 32 * kPanelRows;
+constexpr int64_t kQ8PairBytes = 2 * (kPanelRows * 2) + 2 * kQ8BlockQuantBytes;
+constexpr int64_t q8_scales_offset(int64_t block) {
+  return block / 2 * kQ8PairBytes + block % 2 * (kPanelRows * 2);
+}
+constexpr int64_t q8_quants_offset(int64_t block) {
+  return block / 2 * kQ8PairBytes + 4 * kPanelRows + block % 2 * kQ8BlockQuantBytes;
+}
+// Bytes of one panel's blocks (a final odd block takes its pair's scale line and its quants).
+constexpr int64_t q8_panel_bytes(int64_t padded_cols) {
+  const int64_t num_blocks = padded_cols / 32;
+  return num_blocks / 2 * kQ8PairBytes + num_blocks % 2 * (4 * kPanelRows + kQ8BlockQuantBytes);
 }
 
 }  // namespace crescent::kernels::internal

@@ -101,12 +101,16 @@ void f32_tokens(const MatmulArgs& a, int64_t panel0, int64_t t0, int64_t num_tok
   }
 }
 
+// One pass over the tokens (decode): a panel at a time, so each thread reads one sequential stream
+// (BF16 batch 1, one thread: 1.15x the GB/s of two panels' streams). More tokens: two panels
+// share each activation broadcast.
 template <bool kBf16>
 void matmul_f32_math(const MatmulArgs& a, int64_t pb, int64_t pe) {
-  for (int64_t p = pb; p < pe; p += 2) {
+  const int64_t step = a.num_tokens <= 4 ? 1 : 2;
+  for (int64_t p = pb; p < pe; p += step) {
     for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 4) {
       const int64_t nt = std::min<int64_t>(4, a.num_tokens - t0);
-      if (p + 1 < pe) {
+      if (step == 2 && p + 1 < pe) {
         f32_tokens<kBf16, 2>(a, p, t0, nt);
       } else {
         f32_tokens<kBf16, 1>(a, p, t0, nt);
@@ -131,22 +135,26 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
   const int64_t kp = a.w->padded_cols();
   const int64_t num_blocks = kp / 32;
   const int64_t rows = a.w->rows();
-  const uint16_t* scales[P];
-  const uint8_t* quants[P];
+  const std::byte* panels[P];
   __m512 acc[P][T];
   const __m512i even_idx =
       _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i) {
-    const std::byte* panel = a.w->panel(panel0 + i);
-    scales[i] = reinterpret_cast<const uint16_t*>(panel);
-    quants[i] = reinterpret_cast<const uint8_t*>(panel + q8_scale_region_bytes(kp));
+    panels[i] = a.w->panel(panel0 + i);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t)
       acc[i][t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < num_blocks; ++b) {
+    const std::byte* scales[P];
+    const uint8_t* quants[P];
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) {
+      scales[i] = panels[i] + q8_scales_offset(b);
+      quants[i] = reinterpret_cast<const uint8_t*>(panels[i] + q8_quants_offset(b));
+    }
     __m512i lo[P][T];
     __m512i hi[P][T];
 #pragma GCC unroll 4
@@ -163,7 +171,7 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
       __m512i w_hi[P];
 #pragma GCC unroll 4
       for (int i = 0; i < P; ++i) {
-        const uint8_t* src = quants[i] + b * 512 + j * 64;
+        const uint8_t* src = quants[i] + j * 64;
         w_lo[i] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(src)));
         w_hi[i] =
             _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(src + 32)));
@@ -186,7 +194,7 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i) {
       const __m512 sw =
-          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales[i] + b * kR)));
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales[i])));
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const int64_t xi = (t0 + t) * num_blocks + b;
@@ -211,10 +219,12 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
   }
 }
 
+// As matmul_f32_math: one panel (one stream) per thread in a single pass over the tokens.
 void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
-  for (int64_t p = pb; p < pe; p += 2) {
+  const int64_t panels_per_step = a.num_tokens <= 2 ? 1 : 2;
+  for (int64_t p = pb; p < pe; p += panels_per_step) {
     for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 2) {
-      const bool two_panels = p + 1 < pe;
+      const bool two_panels = panels_per_step == 2 && p + 1 < pe;
       const bool two_tokens = a.num_tokens - t0 >= 2;
       if (two_panels && two_tokens) {
         q8_block<2, 2>(a, p, t0);

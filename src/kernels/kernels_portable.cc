@@ -64,22 +64,22 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
   const int64_t num_blocks = kp / 32;
   for (int64_t p = pb; p < pe; ++p) {
     const std::byte* panel = a.w->panel(p);
-    const auto* scales = reinterpret_cast<const uint16_t*>(panel);
-    const auto* quants = reinterpret_cast<const uint8_t*>(panel + q8_scale_region_bytes(kp));
     for (int64_t t = 0; t < a.num_tokens; ++t) {
       const int8_t* xq = a.xq + t * kp;
       float acc[kR] = {};
       for (int64_t b = 0; b < num_blocks; ++b) {
+        const auto* scales = reinterpret_cast<const uint16_t*>(panel + q8_scales_offset(b));
+        const auto* quants = reinterpret_cast<const uint8_t*>(panel + q8_quants_offset(b));
         const float sx = a.x_scale[t * num_blocks + b];
         for (int r = 0; r < kR; ++r) {
           int32_t dot = 0;
           for (int j = 0; j < 8; ++j) {
             for (int e = 0; e < 4; ++e) {
-              int8_t wq = static_cast<int8_t>(quants[b * 512 + j * 64 + r * 4 + e] ^ 0x80);
+              int8_t wq = static_cast<int8_t>(quants[j * 64 + r * 4 + e] ^ 0x80);
               dot += wq * xq[b * 32 + j * 4 + e];
             }
           }
-          acc[r] += static_cast<float>(dot) * (f16_to_float(scales[b * kR + r]) * sx);
+          acc[r] += static_cast<float>(dot) * (f16_to_float(scales[r]) * sx);
         }
       }
       store_panel(a, p, t, acc);

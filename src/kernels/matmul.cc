@@ -73,10 +73,9 @@ Q8Block quantize_block(const float* x) {
 // Stores one Q8_0 block of row `r_in_panel`, column block `b`, in the panel layout.
 void store_q8_block(std::byte* panel, int64_t padded_cols, int64_t r_in_panel, int64_t b,
                     const Q8Block& block) {
-  auto* scales = reinterpret_cast<uint16_t*>(panel);
-  scales[b * kPanelRows + r_in_panel] = block.scale_f16;
-  auto* quants =
-      reinterpret_cast<uint8_t*>(panel + internal::q8_scale_region_bytes(padded_cols)) + b * 512;
+  CRESCENT_CHECK(b < padded_cols / 32) << b;
+  reinterpret_cast<uint16_t*>(panel + internal::q8_scales_offset(b))[r_in_panel] = block.scale_f16;
+  auto* quants = reinterpret_cast<uint8_t*>(panel + internal::q8_quants_offset(b));
   for (int j = 0; j < 8; ++j) {
     for (int e = 0; e < 4; ++e) {
       quants[j * 64 + r_in_panel * 4 + e] =
@@ -283,8 +282,7 @@ PackedWeight PackedWeight::allocate(int64_t rows, int64_t cols, WeightFormat for
       break;
     case WeightFormat::kQ8_0:
       w.padded_cols_ = round_up(cols, kQ8BlockSize);
-      w.panel_stride_bytes_ =
-          internal::q8_scale_region_bytes(w.padded_cols_) + w.padded_cols_ / 32 * 512;
+      w.panel_stride_bytes_ = internal::q8_panel_bytes(w.padded_cols_);
       break;
     default: {  // ggml rows: the file's blocks, 16 rows per panel
       const DType type = *ggml_row_dtype(format);
@@ -409,7 +407,6 @@ std::vector<std::byte> panel_file_rows(const PackedWeight& w, int64_t p) {
 std::vector<float> unpack_weight(const PackedWeight& w) {
   const int64_t rows = w.rows();
   const int64_t cols = w.cols();
-  const int64_t kp = w.padded_cols();
   std::vector<float> out(rows * cols);
   if (const std::optional<DType> row_dtype = ggml_row_dtype(w.format())) {
     for (int64_t p = 0; p < w.num_panels(); ++p) {
@@ -438,9 +435,10 @@ std::vector<float> unpack_weight(const PackedWeight& w) {
           int64_t b = c / 32;
           int64_t j = (c % 32) / 4;
           int64_t e = c % 4;
-          float d = f16_to_float(reinterpret_cast<const uint16_t*>(panel)[b * kPanelRows + ri]);
+          float d = f16_to_float(
+              reinterpret_cast<const uint16_t*>(panel + internal::q8_scales_offset(b))[ri]);
           auto u = reinterpret_cast<const uint8_t*>(
-              panel + internal::q8_scale_region_bytes(kp))[b * 512 + j * 64 + ri * 4 + e];
+              panel + internal::q8_quants_offset(b))[j * 64 + ri * 4 + e];
           v = d * static_cast<int8_t>(u ^ 0x80);
           break;
         }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "kernels/kernel_table.h"
@@ -190,6 +191,46 @@ TEST(PackWeightTest, Q8SourceKeepsItsExactBits) {
       const float expected = f16_to_float(blk.scale_f16) * blk.quants[c % 32];
       ASSERT_EQ(a[r * cols + c], expected);
       ASSERT_EQ(b[r * cols + c], expected);
+    }
+  }
+}
+
+// The Q8_0 panel layout (kernel_table.h): block pairs of [scales 2 x 32 B][quants 2 x 512 B], a
+// final odd block as [its scales + 32 B pad][quants], every quant run 64-byte aligned.
+TEST(PackWeightTest, Q8PanelStoresBlockPairsScalesFirst) {
+  EXPECT_EQ(internal::q8_scales_offset(0), 0);
+  EXPECT_EQ(internal::q8_scales_offset(1), 32);
+  EXPECT_EQ(internal::q8_quants_offset(0), 64);
+  EXPECT_EQ(internal::q8_quants_offset(1), 576);
+  EXPECT_EQ(internal::q8_scales_offset(2), 1088);
+  EXPECT_EQ(internal::q8_quants_offset(2), 1152);
+  EXPECT_EQ(internal::q8_panel_bytes(96), 1664);
+  EXPECT_EQ(internal::q8_panel_bytes(128), 2176);
+
+  const int64_t rows = 20;  // a full panel and a partial one
+  const int64_t cols = 96;
+  std::vector<Q8Block> blocks(rows * cols / 32);
+  std::mt19937 rng(5);
+  for (Q8Block& b : blocks) {
+    b.scale_f16 = static_cast<uint16_t>(rng());
+    for (int8_t& q : b.quants)
+      q = static_cast<int8_t>(rng());
+  }
+  auto q8 = pack_weight(blocks.data(), DType::kQ8_0, rows, cols, WeightFormat::kQ8_0);
+  ASSERT_TRUE(q8.is_ok());
+  EXPECT_EQ(q8->panel_stride_bytes(), 1664);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* panel = reinterpret_cast<const uint8_t*>(q8->panel(r / 16));
+    const int64_t ri = r % 16;
+    for (int64_t b = 0; b < 3; ++b) {
+      const Q8Block& blk = blocks[r * 3 + b];
+      uint16_t scale = 0;
+      std::memcpy(&scale, panel + internal::q8_scales_offset(b) + 2 * ri, 2);
+      ASSERT_EQ(scale, blk.scale_f16) << r << " " << b;
+      for (int c = 0; c < 32; ++c) {
+        const uint8_t u = panel[internal::q8_quants_offset(b) + (c / 4) * 64 + ri * 4 + c % 4];
+        ASSERT_EQ(static_cast<int8_t>(u ^ 0x80), blk.quants[c]) << r << " " << b << " " << c;
+      }
     }
   }
 }
