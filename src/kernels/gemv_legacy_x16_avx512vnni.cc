@@ -44,6 +44,7 @@ void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
     __m512i u[8];
     unpack_x16_group<Block>(p, levels, u);
     const __m512 d = load_x16_f16s(p + L::kDOffset);
+    const __m512 m = L::kHasMin ? load_x16_f16s(p + L::kMOffset) : _mm512_setzero_ps();
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq[t] + 32 * b;
       const auto x4 = [&](int64_t j) {
@@ -62,7 +63,6 @@ void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
       const __m512 dxv = _mm512_set1_ps(dx[t][b]);
       acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, dxv), acc[t]);
       if constexpr (L::kHasMin) {
-        const __m512 m = load_x16_f16s(p + L::kMOffset);
         acc[t] =
             _mm512_fmadd_ps(m, _mm512_set1_ps(dx[t][b] * static_cast<float>(xs[t][b])), acc[t]);
       }

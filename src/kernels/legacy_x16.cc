@@ -65,18 +65,8 @@ bool is_legacy_block_type(DType type) {
 
 LegacyX16Layout legacy_x16_layout(DType type) {
   const BlockFields f = block_fields(type);
-  LegacyX16Layout l;
-  l.group_bytes = kRows * f.block_bytes;
-  int64_t next = l.d_offset + 2 * kRows;
-  if (f.m >= 0) {
-    l.m_offset = next;
-    next += 2 * kRows;
-  }
-  if (f.qh >= 0) {
-    l.qh_offset = next;
-    next += int64_t{8} * 8;
-  }
-  CRESCENT_CHECK(next == l.group_bytes) << dtype_name(type);
+  const LegacyX16Layout l = legacy_x16_layout(f.block_bytes, f.m >= 0, f.qh >= 0);
+  CRESCENT_CHECK(l.group_bytes == kRows * f.block_bytes) << dtype_name(type);
   return l;
 }
 

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -35,12 +36,44 @@ namespace crescent::kernels {
 // Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL: 32 values per block, one scale (and a min, or a fifth bit).
 bool is_legacy_block_type(DType type);
 
+// What a legacy block type carries besides d and qs: a min m (Q4_1 / Q5_1), a fifth bit per
+// value in qh (Q5_0 / Q5_1), or IQ4_NL's 16 non-uniform levels. For the kernels' templates.
+template <typename Block>
+struct LegacyBlockTraits {
+  static constexpr bool kHasMin = requires(Block blk) { blk.m; };
+  static constexpr bool kHasHigh = requires(Block blk) { blk.qh; };
+  static constexpr bool kNonLinear = std::is_same_v<Block, BlockIQ4_NL>;
+};
+
 struct LegacyX16Layout {
   int64_t group_bytes = 0;  // one block of all 16 rows
   int64_t d_offset = 256;
   int64_t m_offset = -1;   // -1: no min
   int64_t qh_offset = -1;  // -1: no fifth bits
 };
+// The layout above for a block of `block_bytes` with or without m and qh; the one place its
+// offsets are computed (the kernels read it at compile time through legacy_x16_layout_of).
+constexpr LegacyX16Layout legacy_x16_layout(int64_t block_bytes, bool has_min, bool has_high) {
+  LegacyX16Layout l;
+  l.group_bytes = 16 * block_bytes;
+  int64_t next = l.d_offset + 2 * 16;
+  if (has_min) {
+    l.m_offset = next;
+    next += 2 * 16;
+  }
+  if (has_high) {
+    l.qh_offset = next;
+    next += 8 * 8;
+  }
+  return next == l.group_bytes ? l : LegacyX16Layout{};  // group_bytes 0: fields do not fit
+}
+template <typename Block>
+constexpr LegacyX16Layout legacy_x16_layout_of() {
+  constexpr LegacyX16Layout l = legacy_x16_layout(sizeof(Block), LegacyBlockTraits<Block>::kHasMin,
+                                                  LegacyBlockTraits<Block>::kHasHigh);
+  static_assert(l.group_bytes == 16 * static_cast<int64_t>(sizeof(Block)));
+  return l;
+}
 // CHECKs is_legacy_block_type(type).
 LegacyX16Layout legacy_x16_layout(DType type);
 

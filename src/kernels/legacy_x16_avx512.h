@@ -11,21 +11,22 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "kernels/legacy_x16.h"
 
 namespace crescent::kernels::internal {
 
 template <typename Block>
-struct LegacyX16 {
-  static constexpr bool kHasMin = requires(Block blk) { blk.m; };
-  static constexpr bool kHasHigh = requires(Block blk) { blk.qh; };
-  static constexpr bool kNonLinear = std::is_same_v<Block, BlockIQ4_NL>;
+struct LegacyX16 : LegacyBlockTraits<Block> {
+  using Traits = LegacyBlockTraits<Block>;
   // What the unsigned quants u carry above the signed value: w = d * (u - kBias) for the types
   // without a min, w = d * u + m for Q4_1 / Q5_1.
-  static constexpr int32_t kBias = kHasMin ? 0 : (kNonLinear ? 128 : (kHasHigh ? 16 : 8));
-  static constexpr int64_t kGroupBytes = 16 * static_cast<int64_t>(sizeof(Block));
-  static constexpr int64_t kDOffset = 256;
-  static constexpr int64_t kMOffset = 288;
-  static constexpr int64_t kQhOffset = kHasMin ? 320 : 288;
+  static constexpr int32_t kBias =
+      Traits::kHasMin ? 0 : (Traits::kNonLinear ? 128 : (Traits::kHasHigh ? 16 : 8));
+  static constexpr LegacyX16Layout kLayout = legacy_x16_layout_of<Block>();
+  static constexpr int64_t kGroupBytes = kLayout.group_bytes;
+  static constexpr int64_t kDOffset = kLayout.d_offset;
+  static constexpr int64_t kMOffset = kLayout.m_offset;
+  static constexpr int64_t kQhOffset = kLayout.qh_offset;
 };
 
 // IQ4_NL's levels plus 128 (unsigned, vpdpbusd's u8 operand), in every 128-bit lane.

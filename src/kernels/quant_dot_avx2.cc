@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/kernel_table.h"
+#include "kernels/legacy_x16.h"
 
 namespace crescent::kernels::internal {
 namespace {
