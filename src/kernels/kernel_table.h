@@ -143,6 +143,10 @@ constexpr int ggml_gemm_group_size(DType dtype) {
 // weight, which 4 tokens (one pass of the row dots) do not repay; from 5 tokens (two passes) on
 // the GEMM wins (Q5_0 5-7 tokens: about half the time).
 constexpr int64_t kGgmlGemmMinTokens = 5;
+// The x16 GEMV (legacy_x16.h) shares each block's unpacking across 4 tokens, so two passes over
+// the weight (5-8 tokens) still beat the GEMM's unpacked panels: Q4_K_M decode at batch 6 / 8,
+// 2 threads, 5-10% more tokens/s; at batch 16 (four passes) the GEMM wins by ~5-10%.
+constexpr int64_t kX16GemmMinTokens = 9;
 
 // Q8_0 activation quantisation (ggml's quantize_row_q8_0; the scale rounded to f16 as its
 // block_q8_0 stores it, returned as f32): n % 32 == 0.

@@ -599,9 +599,12 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         args.x_sum = x_sum.data();
       }
       fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
-      if (w.is_legacy_x16() && table.gemv_legacy_x16 != nullptr)
+      int64_t gemm_min_tokens = internal::kGgmlGemmMinTokens;
+      if (w.is_legacy_x16() && table.gemv_legacy_x16 != nullptr) {
         fn = table.gemv_legacy_x16;
-      if (table.gemm_ggml != nullptr && num_tokens >= internal::kGgmlGemmMinTokens) {
+        gemm_min_tokens = internal::kX16GemmMinTokens;
+      }
+      if (table.gemm_ggml != nullptr && num_tokens >= gemm_min_tokens) {
         prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_sum);
         fn = table.gemm_ggml;
       }

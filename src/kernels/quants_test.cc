@@ -383,9 +383,10 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
             << dtype_name(t) << " panel " << p;
       }
       const std::vector<float> bias = random_floats(rows, 33);
-      // 1-4 tokens take the row dots or the x16 GEMV (every token-count kernel); 10, 11 and 37
+      // 1-4 tokens take the row dots or the x16 GEMV (every token-count kernel); 5 and 8 the
+      // GEMM on row panels but two passes of the x16 GEMV (kX16GemmMinTokens); 10, 11 and 37
       // the GEMM where the CPU has VNNI (4-token tiles plus a tail of 2, 3 and 1).
-      for (int64_t num_tokens : {1, 2, 3, 4, 10, 11, 37}) {
+      for (int64_t num_tokens : {1, 2, 3, 4, 5, 8, 10, 11, 37}) {
         for (const PackedWeight* packed : {&*from_bytes, &*file_layout}) {
           const std::vector<float> x = random_floats(num_tokens * cols, 34);
           std::vector<float> y(num_tokens * rows);
