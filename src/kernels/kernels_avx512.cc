@@ -166,7 +166,7 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
       }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       __m512i w_lo[P];
       __m512i w_hi[P];
 #pragma GCC unroll 4

@@ -149,7 +149,7 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
         dots[i][t] = _mm512_setzero_si512();
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       __m512i w[P];
 #pragma GCC unroll 4
       for (int i = 0; i < P; ++i)

@@ -71,11 +71,11 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
         const auto* scales = reinterpret_cast<const uint16_t*>(panel + q8_scales_offset(b));
         const auto* quants = reinterpret_cast<const uint8_t*>(panel + q8_quants_offset(b));
         const float sx = a.x_scale[t * num_blocks + b];
-        for (int r = 0; r < kR; ++r) {
+        for (int64_t r = 0; r < kR; ++r) {
           int32_t dot = 0;
-          for (int j = 0; j < 8; ++j) {
-            for (int e = 0; e < 4; ++e) {
-              int8_t wq = static_cast<int8_t>(quants[j * 64 + r * 4 + e] ^ 0x80);
+          for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t e = 0; e < 4; ++e) {
+              const auto wq = static_cast<int8_t>(quants[j * 64 + r * 4 + e] ^ 0x80);
               dot += wq * xq[b * 32 + j * 4 + e];
             }
           }
