@@ -1,11 +1,13 @@
-// AVX2 + FMA + F16C implementations: f32 math on F32 and BF16 weights (one 16-row panel as two
-// 8-lane halves), vector ops for norms, activations and attention. Compiled with -mavx2 -mfma
-// -mf16c; only reached through the kernel table after cpuid said the CPU has them.
+// AVX2 + FMA + F16C implementations: f32 math on F32 and BF16 weights and int8 dots on Q8_0
+// weights (one 16-row panel as two 8-lane halves), vector ops for norms, activations and attention.
+// Compiled with -mavx2 -mfma -mf16c; only reached through the kernel table after cpuid said the CPU
+// has them.
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/kernel_table.h"
 
@@ -96,6 +98,98 @@ void matmul_f32(const MatmulArgs& a, int64_t pb, int64_t pe) {
 }
 void matmul_bf16(const MatmulArgs& a, int64_t pb, int64_t pe) {
   matmul_f32_math<true>(a, pb, pe);
+}
+
+// Q8_0 x Q8_0 on a 16-row panel as two 8-row halves. The stored u8 (= q + 128) go back to s8 and
+// vpmaddubsw multiplies |q| (u8) with x * sign(q) (s8): |x| <= 127 (quantize_row_q8), so a pair
+// sum is at most 2 * 128 * 127 and never saturates, even for a file's q = -128; the block dots
+// are the exact integers of the other tables. vpmaddwd with ones folds the pairs into one int32
+// per row.
+template <int T>
+void q8_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
+  const int64_t kp = a.w->padded_cols();
+  const int64_t num_blocks = kp / 32;
+  const std::byte* pan = a.w->panel(panel);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2][T];
+  for (int h = 0; h < 2; ++h) {
+    for (int t = 0; t < T; ++t) {
+      acc[h][t] = _mm256_setzero_ps();
+    }
+  }
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const auto* quants = reinterpret_cast<const uint8_t*>(pan + q8_quants_offset(b));
+    __m256i dots[2][T];
+    for (int h = 0; h < 2; ++h) {
+      for (int t = 0; t < T; ++t) {
+        dots[h][t] = _mm256_setzero_si256();
+      }
+    }
+#pragma GCC unroll 8
+    for (int64_t j = 0; j < 8; ++j) {
+      __m256i q[2];
+      __m256i abs_q[2];
+      for (int h = 0; h < 2; ++h) {
+        q[h] = _mm256_xor_si256(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + j * 64 + h * 32)), flip);
+        abs_q[h] = _mm256_abs_epi8(q[h]);
+      }
+      for (int t = 0; t < T; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, a.xq + (t0 + t) * kp + b * 32 + j * 4, 4);
+        const __m256i x = _mm256_set1_epi32(x4);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i pairs = _mm256_maddubs_epi16(abs_q[h], _mm256_sign_epi8(x, q[h]));
+          dots[h][t] = _mm256_add_epi32(dots[h][t], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+    const auto* scales = reinterpret_cast<const __m128i*>(pan + q8_scales_offset(b));
+    for (int h = 0; h < 2; ++h) {
+      const __m256 sw = _mm256_cvtph_ps(_mm_load_si128(scales + h));
+      for (int t = 0; t < T; ++t) {
+        const __m256 sx = _mm256_set1_ps(a.x_scale[(t0 + t) * num_blocks + b]);
+        acc[h][t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[h][t]), _mm256_mul_ps(sw, sx), acc[h][t]);
+      }
+    }
+  }
+  const int64_t rows = a.w->rows();
+  const int64_t r0 = panel * kR;
+  const int64_t n = std::min<int64_t>(kR, rows - r0);
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float out[kR];
+    for (int h = 0; h < 2; ++h) {
+      _mm256_store_ps(out + h * 8, acc[h][t]);
+    }
+    float* y = a.y + (t0 + t) * rows + r0;
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+    }
+  }
+}
+
+// A panel at a time (one stream per thread), up to 4 tokens per pass.
+void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  for (int64_t p = pb; p < pe; ++p) {
+    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 4) {
+      switch (std::min<int64_t>(4, a.num_tokens - t0)) {
+        case 1:
+          q8_block<1>(a, p, t0);
+          break;
+        case 2:
+          q8_block<2>(a, p, t0);
+          break;
+        case 3:
+          q8_block<3>(a, p, t0);
+          break;
+        default:
+          q8_block<4>(a, p, t0);
+          break;
+      }
+    }
+  }
 }
 
 // exp(x): Cephes' expf polynomial; 2^n built in the exponent bits (n clamped to [-126, 127]).
@@ -229,6 +323,7 @@ double peak_fma_flops(int64_t num_iters) {
 void fill_avx2(KernelTable* t) {
   t->matmul_f32 = matmul_f32;
   t->matmul_bf16 = matmul_bf16;
+  t->matmul_q8 = matmul_q8;
   t->dot = dot<float>;
   t->axpy = axpy<float>;
   t->dot_bf16 = dot<uint16_t>;

@@ -138,6 +138,35 @@ TEST(MatmulTest, LargeShapesAgreeAcrossIsasAndThreadCounts) {
   }
 }
 
+// A Q8_0 file may hold q = -128 (ggml's quantiser never writes it, other writers may): every
+// ISA's block dot must stay exact, e.g. AVX2's vpmaddubsw must not saturate or negate it.
+TEST(MatmulTest, Q8WeightsOfMinus128StayExactOnEveryIsa) {
+  const int64_t rows = 24;
+  const int64_t cols = 96;
+  std::vector<Q8Block> blocks(rows * cols / 32);
+  std::mt19937 rng(9);
+  for (Q8Block& b : blocks) {
+    b.scale_f16 = float_to_f16(0.01f);
+    for (int8_t& q : b.quants)
+      q = rng() % 2 == 0 ? int8_t{-128} : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  }
+  auto packed = pack_weight(blocks.data(), DType::kQ8_0, rows, cols, WeightFormat::kQ8_0);
+  ASSERT_TRUE(packed.is_ok());
+  const std::vector<float> w = unpack_weight(*packed);
+  ThreadPool pool(2);
+  for (int64_t nt : {1, 3, 6}) {
+    const auto x = random_floats(nt * cols, 10);
+    for (Isa isa : available_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> y(nt * rows, -7.0f);
+      matmul(x.data(), nt, *packed, nullptr, y.data(), pool);
+      const auto xe = effective_x(x, nt, cols, WeightFormat::kQ8_0, isa);
+      expect_matches_naive(y, w, xe, {}, nt, rows, cols, 1e-5,
+                           std::string(isa_name(isa)) + " tokens=" + std::to_string(nt));
+    }
+  }
+}
+
 TEST(PackWeightTest, RoundTripsExactFormats) {
   const int64_t rows = 19;
   const int64_t cols = 37;
