@@ -55,7 +55,9 @@ std::string describe_first_difference(const KvCompatInfo& here, const KvCompatIn
     return text("layout", here.layout, peer.layout);
   if (here.weights != peer.weights)
     return text("weights", here.weights, peer.weights) +
-           " (another checkpoint or weight format of the same shape)";
+           " (another checkpoint or weight format of the same shape, or a crescent build that "
+           "stores "
+           "the weights in another layout)";
   return "";
 }
 

@@ -33,7 +33,8 @@ TEST(CompatInfoTest, HashIsStableAndSensitiveToEveryField) {
   EXPECT_EQ(describe_first_difference(a, variants[1]), "dtype: \"f32\" here, \"bf16\" at the peer");
   EXPECT_EQ(describe_first_difference(variants[7], a),
             "weights: \"0000000000000001 BF16\" here, \"ffffffffffffffff BF16\" at the peer "
-            "(another checkpoint or weight format of the same shape)");
+            "(another checkpoint or weight format of the same shape, or a crescent build that "
+            "stores the weights in another layout)");
 }
 
 TEST(ProtocolTest, HelloRoundTripsAndIsValidated) {
