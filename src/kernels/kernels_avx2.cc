@@ -113,24 +113,24 @@ void q8_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][T];
-  for (int h = 0; h < 2; ++h) {
-    for (int t = 0; t < T; ++t) {
-      acc[h][t] = _mm256_setzero_ps();
+  for (auto& half : acc) {
+    for (__m256& v : half) {
+      v = _mm256_setzero_ps();
     }
   }
   for (int64_t b = 0; b < num_blocks; ++b) {
     const auto* quants = reinterpret_cast<const uint8_t*>(pan + q8_quants_offset(b));
     __m256i dots[2][T];
-    for (int h = 0; h < 2; ++h) {
-      for (int t = 0; t < T; ++t) {
-        dots[h][t] = _mm256_setzero_si256();
+    for (auto& half : dots) {
+      for (__m256i& v : half) {
+        v = _mm256_setzero_si256();
       }
     }
 #pragma GCC unroll 8
     for (int64_t j = 0; j < 8; ++j) {
       __m256i q[2];
       __m256i abs_q[2];
-      for (int h = 0; h < 2; ++h) {
+      for (int64_t h = 0; h < 2; ++h) {
         q[h] = _mm256_xor_si256(
             _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + j * 64 + h * 32)), flip);
         abs_q[h] = _mm256_abs_epi8(q[h]);
@@ -160,7 +160,7 @@ void q8_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
   const int64_t n = std::min<int64_t>(kR, rows - r0);
   for (int t = 0; t < T; ++t) {
     alignas(32) float out[kR];
-    for (int h = 0; h < 2; ++h) {
+    for (int64_t h = 0; h < 2; ++h) {
       _mm256_store_ps(out + h * 8, acc[h][t]);
     }
     float* y = a.y + (t0 + t) * rows + r0;
