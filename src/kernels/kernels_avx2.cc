@@ -23,6 +23,21 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Writes one token's 16 row sums (two 8-row halves) plus the bias to the panel's rows of y
+// (fewer in the last panel).
+void store_panel_rows(const MatmulArgs& a, int64_t panel, int64_t token, __m256 lo, __m256 hi) {
+  const int64_t rows = a.w->rows();
+  const int64_t r0 = panel * kR;
+  const int64_t n = std::min<int64_t>(kR, rows - r0);
+  alignas(32) float out[kR];
+  _mm256_store_ps(out, lo);
+  _mm256_store_ps(out + 8, hi);
+  float* y = a.y + token * rows + r0;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+  }
+}
+
 template <bool kBf16, int T>
 void f32_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
   const int64_t kp = a.w->padded_cols();
@@ -66,17 +81,9 @@ void f32_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
       }
     }
   }
-  const int64_t rows = a.w->rows();
-  const int64_t r0 = panel * kR;
-  const int64_t n = std::min<int64_t>(kR, rows - r0);
   for (int t = 0; t < T; ++t) {
-    alignas(32) float out[kR];
-    for (int h = 0; h < 2; ++h) {
-      _mm256_store_ps(out + h * 8, _mm256_add_ps(acc_even[h][t], acc_odd[h][t]));
-    }
-    float* y = a.y + (t0 + t) * rows + r0;
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
+    store_panel_rows(a, panel, t0 + t, _mm256_add_ps(acc_even[0][t], acc_odd[0][t]),
+                     _mm256_add_ps(acc_even[1][t], acc_odd[1][t]));
   }
 }
 
@@ -155,18 +162,8 @@ void q8_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
       }
     }
   }
-  const int64_t rows = a.w->rows();
-  const int64_t r0 = panel * kR;
-  const int64_t n = std::min<int64_t>(kR, rows - r0);
   for (int t = 0; t < T; ++t) {
-    alignas(32) float out[kR];
-    for (int64_t h = 0; h < 2; ++h) {
-      _mm256_store_ps(out + h * 8, acc[h][t]);
-    }
-    float* y = a.y + (t0 + t) * rows + r0;
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = out[i] + (a.bias ? a.bias[r0 + i] : 0.0f);
-    }
+    store_panel_rows(a, panel, t0 + t, acc[0][t], acc[1][t]);
   }
 }
 
