@@ -27,6 +27,7 @@
 
 #include "core/check.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kquant_x16_avx512.h"
 #include "kernels/legacy_x16_avx512.h"
 #include "kernels/quant_unpack.h"
 
@@ -307,6 +308,54 @@ void unpack_x16_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel&
   }
 }
 
+// An x16-interleaved Q4_K / Q5_K / Q6_K panel (kquant_x16.h): its quant vectors are the
+// unpacked panel's, and the scales are decoded for the 16 rows at once.
+template <typename Block>
+void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel& out) {
+  constexpr KQuantX16Layout kL = kquant_x16_layout_of<Block>();
+  const auto* g = reinterpret_cast<const uint8_t*>(w.panel(panel));
+  const auto store_run = [&](int64_t b, int64_t run, __m512i u) {
+    _mm512_storeu_si512(out.quants + (64 * b + run) * (4 * kR), u);
+  };
+  for (int64_t b = 0; b < w.padded_cols() / kQKBlockSize; ++b, g += kL.group_bytes) {
+    const __m512 d = load_f16x16(g + kL.d);
+    if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+      for (int h = 0; h < 2; ++h) {
+        for (int j = 0; j < 8; ++j) {
+          __m512i u[4];
+          unpack_q6k_run(g, h, j, u);
+          for (int k = 0; k < 4; ++k)
+            store_run(b, 32 * h + 8 * k + j, u[k]);
+        }
+      }
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 sc = _mm512_cvtepi32_ps(widen_i8x16(g + kL.scales + 16 * i));
+        _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, sc));
+        _mm512_storeu_ps(out.offset + (16 * b + i) * kR, _mm512_setzero_ps());
+      }
+    } else {
+      for (int c = 0; c < 4; ++c) {
+        for (int j = 0; j < 8; ++j) {
+          __m512i lo;
+          __m512i hi;
+          unpack_k4_run<Block>(g, c, j, &lo, &hi);
+          store_run(b, 16 * c + j, lo);
+          store_run(b, 16 * c + 8 + j, hi);
+        }
+      }
+      K4ScalesX16 s;
+      decode_k4_scales_x16(g + kL.scales, &s);
+      const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin));
+      for (int64_t i = 0; i < 8; ++i) {
+        const __m512 sc = _mm512_cvtepi32_ps(widen_u8x16(s.scale + 16 * i));
+        const __m512 m = _mm512_cvtepi32_ps(widen_u8x16(s.min + 16 * i));
+        _mm512_storeu_ps(out.scale + (8 * b + i) * kR, _mm512_mul_ps(d, sc));
+        _mm512_storeu_ps(out.offset + (8 * b + i) * kR, _mm512_mul_ps(neg_dmin, m));
+      }
+    }
+  }
+}
+
 using UnpackX16PanelFn = void (*)(const PackedWeight& w, int64_t panel, const UnpackedPanel& out);
 
 // P panels x T tokens over the whole K: int32 group dots, scaled and offset per group into an
@@ -429,7 +478,7 @@ void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) 
 }
 
 // S values per weight scale group, A per activation block.
-// unpack_x16: the legacy types' unpacking for x16 weights (null for the K-quants).
+// unpack_x16: the unpacking for x16 weights (null for the types without an x16 layout).
 template <int S, int A, int kBias, bool kHasMin>
 void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack,
                  UnpackX16PanelFn unpack_x16 = nullptr) {
@@ -437,7 +486,7 @@ void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack
   scratch.reserve(a.w->padded_cols(), S);
   const UnpackedPanel pan[2] = {scratch.panel(0), scratch.panel(1)};
   const auto unpack_one = [&](int64_t p, const UnpackedPanel& out) {
-    if (a.w->is_legacy_x16()) {
+    if (a.w->is_x16()) {
       CRESCENT_CHECK(unpack_x16 != nullptr);
       unpack_x16(*a.w, p, out);
     } else {
@@ -476,11 +525,14 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
     case DType::kQ3_K:
       return gemm_panels<16, kQKBlockSize, 4, false>(a, pb, pe, unpack_row<BlockQ3_K, 4, true>);
     case DType::kQ4_K:
-      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ4_K, 0, true>);
+      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ4_K, 0, true>,
+                                                    unpack_kquant_x16_panel<BlockQ4_K>);
     case DType::kQ5_K:
-      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ5_K, 0, true>);
+      return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ5_K, 0, true>,
+                                                    unpack_kquant_x16_panel<BlockQ5_K>);
     case DType::kQ6_K:
-      return gemm_panels<16, kQKBlockSize, 32, false>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>);
+      return gemm_panels<16, kQKBlockSize, 32, false>(a, pb, pe, unpack_row<BlockQ6_K, 32, true>,
+                                                      unpack_kquant_x16_panel<BlockQ6_K>);
     case DType::kIQ4_NL:
       return gemm_panels<32, 32, 128, false>(a, pb, pe, unpack_row<BlockIQ4_NL, 128, false>,
                                              unpack_x16_panel<BlockIQ4_NL>);

@@ -100,7 +100,7 @@ void gemv_panels(const MatmulArgs& a, int64_t pb, int64_t pe) {
 }
 
 void gemv_legacy_x16(const MatmulArgs& a, int64_t pb, int64_t pe) {
-  CRESCENT_CHECK(a.w->is_legacy_x16());
+  CRESCENT_CHECK(a.w->is_x16());
   switch (*ggml_row_dtype(a.w->format())) {
     case DType::kQ4_0:
       return gemv_panels<BlockQ4_0>(a, pb, pe);

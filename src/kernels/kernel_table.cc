@@ -2,6 +2,9 @@
 
 #include <array>
 
+#include "kernels/kquant_x16.h"
+#include "kernels/legacy_x16.h"
+
 namespace crescent::kernels::internal {
 namespace {
 
@@ -30,12 +33,21 @@ std::array<KernelTable, 4> build_tables() {
     fill_avx512bf16(&t);
     fill_gemm_ggml_avx512vnni(&t);
     fill_gemv_legacy_x16_avx512vnni(&t);
+    fill_gemv_kquant_x16_avx512vnni(&t);
   }
   tables[static_cast<int>(Isa::kAvx512Bf16)] = t;
   return tables;
 }
 
 }  // namespace
+
+MatmulPanelsFn x16_gemv(const KernelTable& table, DType dtype) {
+  if (is_legacy_block_type(dtype))
+    return table.gemv_legacy_x16;
+  if (is_kquant_x16_type(dtype))
+    return table.gemv_kquant_x16;
+  return nullptr;
+}
 
 const KernelTable& kernel_table(Isa isa) {
   static const std::array<KernelTable, 4> tables = build_tables();

@@ -63,6 +63,8 @@ struct KernelTable {
   // The legacy block types stored x16-interleaved (legacy_x16.h), few tokens. Where it is set,
   // pack_weight stores those types interleaved; every table still computes on such weights.
   MatmulPanelsFn gemv_legacy_x16 = nullptr;
+  // The same for Q4_K, Q5_K and Q6_K (kquant_x16.h).
+  MatmulPanelsFn gemv_kquant_x16 = nullptr;
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
   // The same over bf16 b / x (the bf16 KV cache), widened to f32 in registers.
@@ -124,6 +126,7 @@ void fill_quant_portable(KernelTable* table);
 void fill_quant_avx2(KernelTable* table);
 void fill_gemm_ggml_avx512vnni(KernelTable* table);
 void fill_gemv_legacy_x16_avx512vnni(KernelTable* table);
+void fill_gemv_kquant_x16_avx512vnni(KernelTable* table);
 // The f16 / fp8_e4m3 / q8_0 KV loads of attention (kv_dot_<isa>.cc).
 void fill_kv_portable(KernelTable* table);
 void fill_kv_avx2(KernelTable* table);
@@ -133,6 +136,8 @@ const KernelTable& kernel_table(Isa isa);
 inline const KernelTable& active_table() {
   return kernel_table(active_isa());
 }
+// The table's x16 GEMV for weights stored as `dtype` (null: the type stays in the file's rows).
+MatmulPanelsFn x16_gemv(const KernelTable& table, DType dtype);
 
 // Values per scale group in the ggml GEMM's unpacked panels: the type's sub-block (16 for Q2_K,
 // Q3_K and Q6_K, 32 for Q4_K and Q5_K) or the legacy types' whole block of 32.
@@ -143,7 +148,7 @@ constexpr int ggml_gemm_group_size(DType dtype) {
 // weight, which 4 tokens (one pass of the row dots) do not repay; from 5 tokens (two passes) on
 // the GEMM wins (Q5_0 5-7 tokens: about half the time).
 constexpr int64_t kGgmlGemmMinTokens = 5;
-// The x16 GEMV (legacy_x16.h) shares each block's unpacking across 4 tokens, so two passes over
+// The x16 GEMVs (x16.h) share each block's unpacking across 4 tokens, so two passes over
 // the weight (5-8 tokens) still beat the GEMM's unpacked panels: Q4_K_M decode at batch 6 / 8,
 // 2 threads, 5-10% more tokens/s; at batch 16 (four passes) the GEMM wins by ~5-10%.
 constexpr int64_t kX16GemmMinTokens = 9;

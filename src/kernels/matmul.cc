@@ -7,8 +7,8 @@
 #include <string>
 
 #include "kernels/kernel_table.h"
-#include "kernels/legacy_x16.h"
 #include "kernels/weight_memory.h"
+#include "kernels/x16.h"
 
 namespace crescent::kernels {
 namespace {
@@ -107,13 +107,13 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   float out[internal::kMaxDotTokens];
   // An x16 weight on a table without its kernel (a lower ISA than the one it was packed under):
   // each row put back in the file's layout first.
-  std::vector<std::byte> file_row(w.is_legacy_x16() ? w.row_bytes() : 0);
+  std::vector<std::byte> file_row(w.is_x16() ? w.row_bytes() : 0);
   const DType type = *ggml_row_dtype(w.format());
   for (int64_t r = panel_begin * kPanelRows; r < r_end; ++r) {
     const std::byte* row = file_row.data();
-    if (w.is_legacy_x16()) {
-      load_legacy_x16_row(type, w.panel(r / kPanelRows), cols / dtype_block_size(type),
-                          static_cast<int>(r % kPanelRows), file_row.data());
+    if (w.is_x16()) {
+      load_x16_row(type, w.panel(r / kPanelRows), cols / dtype_block_size(type),
+                   static_cast<int>(r % kPanelRows), file_row.data());
     } else {
       row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
     }
@@ -320,8 +320,7 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
   PackedWeight w = PackedWeight::allocate(rows, cols, format, storage);
   if (row_dtype) {
     // The x16 layout pays where its kernel is; the other tables compute on it too (slowly).
-    w.legacy_x16_ =
-        is_legacy_block_type(*row_dtype) && internal::active_table().gemv_legacy_x16 != nullptr;
+    w.x16_ = internal::x16_gemv(internal::active_table(), *row_dtype) != nullptr;
     const int64_t row_bytes = w.row_bytes();
     const int64_t num_blocks = cols / dtype_block_size(*row_dtype);
     const auto* src = static_cast<const std::byte*>(data);
@@ -336,8 +335,8 @@ Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, in
         quantize_row(*row_dtype, row.data(), cols, quantized.data());
         blocks = quantized.data();
       }
-      if (w.legacy_x16_) {
-        store_legacy_x16_row(*row_dtype, blocks, num_blocks, ri, panel);
+      if (w.x16_) {
+        store_x16_row(*row_dtype, blocks, num_blocks, ri, panel);
       } else {
         std::memcpy(panel + ri * row_bytes, blocks, row_bytes);
       }
@@ -393,13 +392,13 @@ std::vector<std::byte> panel_file_rows(const PackedWeight& w, int64_t p) {
   CRESCENT_CHECK(p >= 0 && p < w.num_panels()) << p;
   const int64_t row_bytes = w.row_bytes();
   std::vector<std::byte> out(kPanelRows * row_bytes);
-  if (!w.is_legacy_x16()) {
+  if (!w.is_x16()) {
     std::memcpy(out.data(), w.panel(p), out.size());
     return out;
   }
   for (int r = 0; r < kPanelRows; ++r) {
-    load_legacy_x16_row(*row_dtype, w.panel(p), w.cols() / dtype_block_size(*row_dtype), r,
-                        out.data() + r * row_bytes);
+    load_x16_row(*row_dtype, w.panel(p), w.cols() / dtype_block_size(*row_dtype), r,
+                 out.data() + r * row_bytes);
   }
   return out;
 }
@@ -600,8 +599,9 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       }
       fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
       int64_t gemm_min_tokens = internal::kGgmlGemmMinTokens;
-      if (w.is_legacy_x16() && table.gemv_legacy_x16 != nullptr) {
-        fn = table.gemv_legacy_x16;
+      if (internal::MatmulPanelsFn gemv = internal::x16_gemv(table, type);
+          w.is_x16() && gemv != nullptr) {
+        fn = gemv;
         gemm_min_tokens = internal::kX16GemmMinTokens;
       }
       if (table.gemm_ggml != nullptr && num_tokens >= gemm_min_tokens) {

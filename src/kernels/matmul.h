@@ -70,11 +70,12 @@ class PackedWeight {
   int64_t panel_stride_bytes() const { return panel_stride_bytes_; }
   const std::byte* panel(int64_t p) const { return data_.get() + p * panel_stride_bytes_; }
   // ggml row formats: bytes of one row; row r is at panel(r / 16) + (r % 16) * row_bytes(),
-  // unless is_legacy_x16().
+  // unless is_x16().
   int64_t row_bytes() const { return row_bytes_; }
-  // The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) packed where the CPU has
-  // AVX512-BF16 + VNNI: each panel's rows interleaved block by block (legacy_x16.h). Same bytes.
-  bool is_legacy_x16() const { return legacy_x16_; }
+  // The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and Q4_K / Q5_K / Q6_K packed where
+  // the active kernel table has their x16 GEMV (AVX512-BF16 + VNNI): each panel's rows
+  // interleaved block by block (x16.h). Same bytes.
+  bool is_x16() const { return x16_; }
   std::byte* mutable_panel(int64_t p) { return data_.get() + p * panel_stride_bytes_; }
 
   // An all-zero weight with storage for the given shape (weight_memory.h says where from).
@@ -89,7 +90,7 @@ class PackedWeight {
   int64_t num_bytes_ = 0;
   int64_t row_bytes_ = 0;
   WeightFormat format_ = WeightFormat::kF32;
-  bool legacy_x16_ = false;
+  bool x16_ = false;
   std::shared_ptr<std::byte> data_;  // allocate_weight_memory (weight_memory.h)
 
   friend Result<PackedWeight> pack_weight(const void* data, DType dtype, int64_t rows, int64_t cols,

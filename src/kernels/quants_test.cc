@@ -10,7 +10,6 @@
 
 #include "core/thread_pool.h"
 #include "kernels/kernel_table.h"
-#include "kernels/legacy_x16.h"
 #include "kernels/matmul.h"
 #include "kernels/quant_unpack.h"
 #include "kernels/test_util.h"
@@ -360,7 +359,8 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
         quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
       }
       // Packed under the portable table (the file's row layout) and under the CPU's best (the
-      // legacy types x16-interleaved where it has VNNI); every ISA then computes on both.
+      // legacy types and Q4_K / Q5_K / Q6_K x16-interleaved where it has VNNI); every ISA then
+      // computes on both.
       Result<PackedWeight> file_layout = [&] {
         ScopedIsa scoped(Isa::kPortable);
         return pack_weight(wq.data(), t, rows, cols, format);
@@ -369,9 +369,8 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
       Result<PackedWeight> from_bytes = pack_weight(wq.data(), t, rows, cols, format);
       Result<PackedWeight> from_float = pack_weight(wf.data(), DType::kF32, rows, cols, format);
       ASSERT_TRUE(from_bytes.is_ok() && from_float.is_ok() && file_layout.is_ok()) << dtype_name(t);
-      EXPECT_FALSE(file_layout->is_legacy_x16());
-      EXPECT_EQ(from_bytes->is_legacy_x16(),
-                is_legacy_block_type(t) && internal::active_table().gemv_legacy_x16 != nullptr)
+      EXPECT_FALSE(file_layout->is_x16());
+      EXPECT_EQ(from_bytes->is_x16(), internal::x16_gemv(internal::active_table(), t) != nullptr)
           << dtype_name(t);
       const std::vector<float> wd = unpack_weight(*from_bytes);
       EXPECT_EQ(wd, unpack_weight(*from_float)) << dtype_name(t);
