@@ -320,12 +320,13 @@ void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const Unpacke
   for (int64_t b = 0; b < w.padded_cols() / kQKBlockSize; ++b, g += kL.group_bytes) {
     const __m512 d = load_f16x16(g + kL.d);
     if constexpr (std::is_same_v<Block, BlockQ6_K>) {
-      for (int h = 0; h < 2; ++h) {
-        for (int j = 0; j < 8; ++j) {
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t j = 0; j < 8; ++j) {
           __m512i u[4];
           unpack_q6k_run(g, h, j, u);
-          for (int k = 0; k < 4; ++k)
+          for (int64_t k = 0; k < 4; ++k) {
             store_run(b, 32 * h + 8 * k + j, u[k]);
+          }
         }
       }
       for (int64_t i = 0; i < 16; ++i) {
@@ -334,8 +335,8 @@ void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const Unpacke
         _mm512_storeu_ps(out.offset + (16 * b + i) * kR, _mm512_setzero_ps());
       }
     } else {
-      for (int c = 0; c < 4; ++c) {
-        for (int j = 0; j < 8; ++j) {
+      for (int64_t c = 0; c < 4; ++c) {
+        for (int64_t j = 0; j < 8; ++j) {
           __m512i lo;
           __m512i hi;
           unpack_k4_run<Block>(g, c, j, &lo, &hi);

@@ -63,7 +63,7 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
       sumi[t] = _mm512_setzero_si512();
       summ[t] = _mm512_setzero_si512();
     }
-    for (int c = 0; c < 4; ++c) {
+    for (int64_t c = 0; c < 4; ++c) {
       __m512i lo[T];
       __m512i hi[T];
       for (int t = 0; t < T; ++t) {
@@ -71,7 +71,7 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
         hi[t] = _mm512_setzero_si512();
       }
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
+      for (int64_t j = 0; j < 8; ++j) {
         __m512i u_lo;
         __m512i u_hi;
         unpack_k4_run<Block>(g, c, j, &u_lo, &u_hi);
@@ -90,7 +90,7 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
     }
     // The mins against each sub-block's activation sum (two 16-value bsums, |sum| < 2^15):
     // int32 lanes holding 16-bit values, so one vpdpwssd multiplies and adds them.
-    for (int i = 0; i < 8; ++i) {
+    for (int64_t i = 0; i < 8; ++i) {
       const __m512i m = widen_u8x16(s.min + 16 * i);
       for (int t = 0; t < T; ++t) {
         const int32_t xs = x[t][b].bsums[2 * i] + x[t][b].bsums[2 * i + 1];
@@ -124,28 +124,28 @@ void gemv_q6k_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
     for (int t = 0; t < T; ++t) {
       sumi[t] = _mm512_setzero_si512();
     }
-    for (int h = 0; h < 2; ++h) {
-      for (int jh = 0; jh < 2; ++jh) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t jh = 0; jh < 2; ++jh) {
         // Scale groups 8h + 2k + jh (k < 4): their dots start at -32 * sum(x), leaving sum(q x).
         __m512i dot[4][T];
-        for (int k = 0; k < 4; ++k) {
+        for (int64_t k = 0; k < 4; ++k) {
           for (int t = 0; t < T; ++t) {
             dot[k][t] = _mm512_set1_epi32(-32 * x[t][b].bsums[8 * h + 2 * k + jh]);
           }
         }
 #pragma GCC unroll 4
-        for (int jj = 0; jj < 4; ++jj) {
-          const int j = 4 * jh + jj;
+        for (int64_t jj = 0; jj < 4; ++jj) {
+          const int64_t j = 4 * jh + jj;
           __m512i u[4];
           unpack_q6k_run(g, h, j, u);
-          for (int k = 0; k < 4; ++k) {
+          for (int64_t k = 0; k < 4; ++k) {
             for (int t = 0; t < T; ++t) {
               const int8_t* xq = x[t][b].qs + 128 * h + 32 * k + 4 * j;
               dot[k][t] = _mm512_dpbusd_epi32(dot[k][t], u[k], broadcast4(xq));
             }
           }
         }
-        for (int k = 0; k < 4; ++k) {
+        for (int64_t k = 0; k < 4; ++k) {
           const __m512i sc = widen_i8x16(g + kL.scales + 16 * (8 * h + 2 * k + jh));
           for (int t = 0; t < T; ++t) {
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot[k][t], sc));

@@ -41,9 +41,9 @@ struct KQuantX16Layout {
   int64_t d = 0;
   int64_t dmin = -1;
 };
-inline constexpr KQuantX16Layout kQ4KX16 = {16 * 144, 0, -1, 2048, 2240, 2272};
-inline constexpr KQuantX16Layout kQ5KX16 = {16 * 176, 0, 2048, 2560, 2752, 2784};
-inline constexpr KQuantX16Layout kQ6KX16 = {16 * 210, 0, 128, 3072, 3328, -1};
+inline constexpr KQuantX16Layout kQ4KX16 = {int64_t{16} * 144, 0, -1, 2048, 2240, 2272};
+inline constexpr KQuantX16Layout kQ5KX16 = {int64_t{16} * 176, 0, 2048, 2560, 2752, 2784};
+inline constexpr KQuantX16Layout kQ6KX16 = {int64_t{16} * 210, 0, 128, 3072, 3328, -1};
 inline constexpr int64_t kQ6KX16StepBytes = 192;
 // CHECKs is_kquant_x16_type(type).
 const KQuantX16Layout& kquant_x16_layout(DType type);

@@ -70,7 +70,7 @@ inline __m512i widen_i8x16(const uint8_t* p) {
 // Q4_K / Q5_K, column run j (< 8) of 64-value chunk c (< 4): *lo gets values 64c + 4j..+3 (of
 // sub-block 2c), *hi values 64c + 32 + 4j..+3 (sub-block 2c + 1).
 template <typename Block>
-inline void unpack_k4_run(const uint8_t* g, int c, int j, __m512i* lo, __m512i* hi) {
+inline void unpack_k4_run(const uint8_t* g, int64_t c, int64_t j, __m512i* lo, __m512i* hi) {
   constexpr KQuantX16Layout kL = kquant_x16_layout_of<Block>();
   const __m512i q = load512(g + kL.qs + (8 * c + j) * 64);
   const __m512i q_hi = _mm512_srli_epi16(q, 4);
@@ -78,9 +78,9 @@ inline void unpack_k4_run(const uint8_t* g, int c, int j, __m512i* lo, __m512i* 
     // Bit 2c of qh byte l is the fifth bit of value 64c + l, bit 2c + 1 that of 64c + 32 + l.
     const __m512i h = load512(g + kL.qh + j * 64);
     const __m512i bit4 = _mm512_set1_epi8(0x10);
-    const auto to_bit4 = [&](int bit) {
-      const __m512i moved = bit <= 4 ? _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - bit))
-                                     : _mm512_srl_epi16(h, _mm_cvtsi32_si128(bit - 4));
+    const auto to_bit4 = [&](int64_t bit) {
+      const __m512i moved = bit <= 4 ? _mm512_sll_epi16(h, _mm_cvtsi64_si128(4 - bit))
+                                     : _mm512_srl_epi16(h, _mm_cvtsi64_si128(bit - 4));
       return _mm512_and_si512(moved, bit4);
     };
     *lo = low_nibbles_or(q, to_bit4(2 * c));
@@ -94,7 +94,7 @@ inline void unpack_k4_run(const uint8_t* g, int c, int j, __m512i* lo, __m512i* 
 
 // Q6_K, column run j (< 8) of half h (< 2): u[k] gets values 128h + 32k + 4j..+3, which belong
 // to scale group 8h + 2k + j / 4.
-inline void unpack_q6k_run(const uint8_t* g, int h, int j, __m512i* u) {
+inline void unpack_q6k_run(const uint8_t* g, int64_t h, int64_t j, __m512i* u) {
   // ql byte l (< 64) of half h: low nibble value 128h + l, high nibble 128h + 64 + l; qh byte l
   // (< 32): bit pairs 0-1, 2-3, 4-5, 6-7 the top bits of values 128h + l + 0 / 32 / 64 / 96.
   const uint8_t* step = g + (8 * h + j) * kQ6KX16StepBytes;

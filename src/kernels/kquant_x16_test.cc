@@ -64,16 +64,18 @@ TEST(KQuantX16Test, RowsRoundTripThroughAPanel) {
     for (int r = 0; r < 16; ++r) {
       rows.push_back(random_bytes(row_bytes, 200 + r));
       store_x16_row(t, rows[r].data(), num_blocks, r, panel.data());
-      for (std::byte b : rows[r])
+      for (std::byte b : rows[r]) {
         ++histogram_rows[static_cast<int>(b)];
+      }
     }
     for (int r = 0; r < 16; ++r) {
       std::vector<std::byte> back(row_bytes, std::byte{0x5a});
       load_x16_row(t, panel.data(), num_blocks, r, back.data());
       EXPECT_EQ(back, rows[r]) << dtype_name(t) << " row " << r;
     }
-    for (std::byte b : panel)
+    for (std::byte b : panel) {
       ++histogram_panel[static_cast<int>(b)];
+    }
     EXPECT_EQ(histogram_panel, histogram_rows) << dtype_name(t);
   }
 }
