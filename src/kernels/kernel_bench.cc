@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/baselines.h"
@@ -76,6 +79,37 @@ Result<PackedWeight> make_weight(const Shape& shape, WeightFormat format, uint64
   return pack_weight(q.data(), *row, s.rows, s.cols, format);
 }
 
+// `list` ("q4_k,q6_k"): each name one of weight_format_name's; an unknown or repeated name is
+// refused with the names there are.
+Result<std::vector<WeightFormat>> parse_formats(std::string_view list) {
+  constexpr WeightFormat kAll[] = {WeightFormat::kF32,   WeightFormat::kBF16, WeightFormat::kQ8_0,
+                                   WeightFormat::kQ4_0,  WeightFormat::kQ4_1, WeightFormat::kQ5_0,
+                                   WeightFormat::kQ5_1,  WeightFormat::kQ2_K, WeightFormat::kQ3_K,
+                                   WeightFormat::kQ4_K,  WeightFormat::kQ5_K, WeightFormat::kQ6_K,
+                                   WeightFormat::kIQ4_NL};
+  std::vector<WeightFormat> formats;
+  for (std::string_view rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const auto* it = std::find_if(std::begin(kAll), std::end(kAll),
+                                  [&](WeightFormat f) { return weight_format_name(f) == name; });
+    if (it == std::end(kAll)) {
+      std::string known;
+      for (WeightFormat f : kAll)
+        known += (known.empty() ? "" : ", ") + std::string(weight_format_name(f));
+      return invalid_argument("--types: unknown weight format '" + std::string(name) +
+                              "' (known: " + known + ")");
+    }
+    if (std::find(formats.begin(), formats.end(), *it) != formats.end())
+      return invalid_argument("--types: '" + std::string(name) + "' is listed twice");
+    formats.push_back(*it);
+  }
+  if (formats.empty())
+    return invalid_argument("--types: no weight format given");
+  return formats;
+}
+
 template <typename Fn>
 double best_seconds(int num_reps, Fn&& fn) {
   fn();  // warm-up
@@ -98,6 +132,7 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
     ASSIGN_OR_RETURN(Isa isa, parse_isa(o.isa));
     RETURN_IF_ERROR(set_active_isa(isa));
   }
+  ASSIGN_OR_RETURN(const std::vector<WeightFormat> formats, parse_formats(o.types));
   ThreadPool pool(o.num_threads);
   const double memcpy_gbps = measure_memcpy_gbps(pool);
   const double peak_bf16 = measure_peak_gflops(pool, WeightFormat::kBF16);
@@ -124,10 +159,7 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
                "vs read");
   std::vector<float> x(kIntermediate + 256, 0.5f);
   std::vector<float> y(kVocab);
-  constexpr WeightFormat kFormats[] = {
-      WeightFormat::kBF16, WeightFormat::kQ8_0,   WeightFormat::kQ4_K, WeightFormat::kQ6_K,
-      WeightFormat::kQ5_0, WeightFormat::kIQ4_NL, WeightFormat::kF32};
-  for (WeightFormat format : kFormats) {
+  for (WeightFormat format : formats) {
     std::vector<PackedWeight> stack;
     int64_t stack_bytes = 0;
     uint64_t seed = 1;
@@ -167,7 +199,7 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
   std::fprintf(out, "  %-28s %10s %9s %10s\n", "case", "ms", "GFLOP/s", "vs peak");
   std::vector<float> xp(nt * (kIntermediate + 256), 0.25f);
   std::vector<float> yp(nt * kIntermediate);
-  for (WeightFormat format : kFormats) {
+  for (WeightFormat format : formats) {
     for (const Shape& shape : {kLayerShapes[0], kLayerShapes[4], kLayerShapes[6]}) {
       const Shape s = shape_for(shape, format);
       ASSIGN_OR_RETURN(PackedWeight w, make_weight(s, format, 7, pool));

@@ -20,6 +20,8 @@ struct KernelBenchOptions {
   int num_stack_layers = 8;
   bool include_lm_head = true;
   std::string isa;  // empty: the detected ISA
+  // Comma-separated weight formats (weight_format_name), in the order they are timed.
+  std::string types = "bf16,q8_0,q4_k,q6_k,q5_0,iq4_nl,f32";
 };
 
 Status run_kernel_benchmarks(const KernelBenchOptions& options, FILE* out);
