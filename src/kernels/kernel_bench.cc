@@ -96,17 +96,20 @@ Result<std::vector<WeightFormat>> parse_formats(std::string_view list) {
                                   [&](WeightFormat f) { return weight_format_name(f) == name; });
     if (it == std::end(kAll)) {
       std::string known;
-      for (WeightFormat f : kAll)
+      for (WeightFormat f : kAll) {
         known += (known.empty() ? "" : ", ") + std::string(weight_format_name(f));
+      }
       return invalid_argument("--types: unknown weight format '" + std::string(name) +
                               "' (known: " + known + ")");
     }
-    if (std::find(formats.begin(), formats.end(), *it) != formats.end())
+    if (std::find(formats.begin(), formats.end(), *it) != formats.end()) {
       return invalid_argument("--types: '" + std::string(name) + "' is listed twice");
+    }
     formats.push_back(*it);
   }
-  if (formats.empty())
+  if (formats.empty()) {
     return invalid_argument("--types: no weight format given");
+  }
   return formats;
 }
 
