@@ -16,17 +16,15 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/legacy_x16_avx512.h"
+#include "kernels/x16_gemv_avx512.h"
 
 namespace crescent::kernels::internal {
 namespace {
-
-constexpr int64_t kR = kPanelRows;
 
 template <typename Block, int T>
 void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
   using L = LegacyX16<Block>;
   const int64_t kp = a.w->padded_cols();
-  const int64_t rows = a.w->rows();
   const int64_t num_blocks = kp / 32;
   const auto* p = reinterpret_cast<const uint8_t*>(a.w->panel(panel));
   const __m512i levels = L::kNonLinear ? iq4nl_unsigned_levels() : _mm512_setzero_si512();
@@ -68,35 +66,14 @@ void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
       }
     }
   }
-  const int64_t r0 = panel * kR;
-  const int n = static_cast<int>(std::min<int64_t>(kR, rows - r0));
-  const auto mask = static_cast<__mmask16>((1u << n) - 1);
-  const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(mask, a.bias + r0) : _mm512_setzero_ps();
-  for (int t = 0; t < T; ++t) {
-    _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, mask, _mm512_add_ps(acc[t], bias));
-  }
+  store_x16_outputs<T>(a, panel, t0, acc);
 }
 
 template <typename Block>
 void gemv_panels(const MatmulArgs& a, int64_t pb, int64_t pe) {
-  for (int64_t p = pb; p < pe; ++p) {
-    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 4) {
-      switch (std::min<int64_t>(4, a.num_tokens - t0)) {
-        case 1:
-          gemv_panel<Block, 1>(a, p, t0);
-          break;
-        case 2:
-          gemv_panel<Block, 2>(a, p, t0);
-          break;
-        case 3:
-          gemv_panel<Block, 3>(a, p, t0);
-          break;
-        default:
-          gemv_panel<Block, 4>(a, p, t0);
-          break;
-      }
-    }
-  }
+  for_each_x16_pass(a, pb, pe, [&](auto tokens, int64_t p, int64_t t0) {
+    gemv_panel<Block, decltype(tokens)::value>(a, p, t0);
+  });
 }
 
 void gemv_legacy_x16(const MatmulArgs& a, int64_t pb, int64_t pe) {

@@ -3,11 +3,12 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/x16.h"
 
 namespace crescent::kernels {
 namespace {
 
-constexpr int64_t kRows = 16;
+constexpr int64_t kRows = kX16Rows;
 
 // Where one block's fields sit in the file's layout (ggml's block structs, dtype.h).
 struct BlockFields {
@@ -52,10 +53,6 @@ void for_each_copied_field(const BlockFields& f, const LegacyX16Layout& l, int64
   }
 }
 
-void check_row(int r) {
-  CRESCENT_CHECK(r >= 0 && r < kRows) << r;
-}
-
 }  // namespace
 
 bool is_legacy_block_type(DType type) {
@@ -72,7 +69,6 @@ LegacyX16Layout legacy_x16_layout(DType type) {
 
 void store_legacy_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r,
                           std::byte* panel) {
-  check_row(r);
   const BlockFields f = block_fields(type);
   const LegacyX16Layout l = legacy_x16_layout(type);
   for (int64_t b = 0; b < num_blocks; ++b) {
@@ -99,7 +95,6 @@ void store_legacy_x16_row(DType type, const std::byte* row, int64_t num_blocks, 
 
 void load_legacy_x16_row(DType type, const std::byte* panel, int64_t num_blocks, int r,
                          std::byte* row) {
-  check_row(r);
   const BlockFields f = block_fields(type);
   const LegacyX16Layout l = legacy_x16_layout(type);
   for (int64_t b = 0; b < num_blocks; ++b) {

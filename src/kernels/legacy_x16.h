@@ -77,7 +77,8 @@ constexpr LegacyX16Layout legacy_x16_layout_of() {
 // CHECKs is_legacy_block_type(type).
 LegacyX16Layout legacy_x16_layout(DType type);
 
-// Writes row `r` (< 16) of a panel: `row` is that row's num_blocks blocks in the file's layout.
+// Writes row `r` (< 16, which x16.h's entry points check) of a panel: `row` is that row's
+// num_blocks blocks in the file's layout.
 void store_legacy_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r,
                           std::byte* panel);
 // The inverse: row `r` of an interleaved panel as num_blocks blocks in the file's layout.

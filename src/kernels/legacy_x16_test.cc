@@ -3,23 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
+
+#include "kernels/test_util.h"
 
 namespace crescent::kernels {
 namespace {
 
 constexpr DType kLegacyTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                                   DType::kIQ4_NL};
-
-std::vector<std::byte> random_bytes(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(n);
-  for (std::byte& b : out) {
-    b = static_cast<std::byte>(rng() & 0xff);
-  }
-  return out;
-}
 
 TEST(LegacyX16Test, OnlyTheLegacyTypesQualify) {
   for (DType t : kLegacyTypes) {
@@ -51,7 +43,7 @@ TEST(LegacyX16Test, RowsRoundTripThroughAPanel) {
     std::vector<std::vector<std::byte>> rows;
     std::vector<std::byte> panel(16 * row_bytes, std::byte{0});
     for (int r = 0; r < 16; ++r) {
-      rows.push_back(random_bytes(row_bytes, 100 + r));
+      rows.push_back(testing::random_bytes(row_bytes, 100 + r));
       store_legacy_x16_row(t, rows[r].data(), num_blocks, r, panel.data());
     }
     int64_t ones_in_rows = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the kernels tests: the ISAs this CPU can run and deterministic data.
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -39,6 +40,14 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1,
   for (float& x : v)
     x = dist(rng);
   return v;
+}
+
+inline std::vector<std::byte> random_bytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> out(n);
+  for (std::byte& b : out)
+    b = static_cast<std::byte>(rng() & 0xff);
+  return out;
 }
 
 }  // namespace crescent::kernels::testing

@@ -6,12 +6,21 @@
 
 namespace crescent::kernels {
 
+namespace {
+
+void check_args(DType type, int r) {
+  CRESCENT_CHECK(has_x16_layout(type)) << dtype_name(type);
+  CRESCENT_CHECK(r >= 0 && r < kX16Rows) << "row " << r << " of a " << kX16Rows << "-row group";
+}
+
+}  // namespace
+
 bool has_x16_layout(DType type) {
   return is_legacy_block_type(type) || is_kquant_x16_type(type);
 }
 
 void store_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r, std::byte* panel) {
-  CRESCENT_CHECK(has_x16_layout(type)) << dtype_name(type);
+  check_args(type, r);
   if (is_legacy_block_type(type)) {
     store_legacy_x16_row(type, row, num_blocks, r, panel);
   } else {
@@ -20,7 +29,7 @@ void store_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r, 
 }
 
 void load_x16_row(DType type, const std::byte* panel, int64_t num_blocks, int r, std::byte* row) {
-  CRESCENT_CHECK(has_x16_layout(type)) << dtype_name(type);
+  check_args(type, r);
   if (is_legacy_block_type(type)) {
     load_legacy_x16_row(type, panel, num_blocks, r, row);
   } else {

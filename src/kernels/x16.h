@@ -10,9 +10,13 @@
 
 namespace crescent::kernels {
 
+// Rows interleaved in one x16 group (a panel's rows, kPanelRows).
+inline constexpr int64_t kX16Rows = 16;
+
 // Whether `type` has an x16 layout (the kernel table decides whether a weight uses it).
 bool has_x16_layout(DType type);
-// Row `r` (< 16) of a panel from / to the file's blocks; CHECK has_x16_layout(type).
+// Row `r` of a panel from / to the file's blocks; CHECK has_x16_layout(type) and
+// 0 <= r < kX16Rows (the family functions behind these leave that check to them).
 void store_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r, std::byte* panel);
 void load_x16_row(DType type, const std::byte* panel, int64_t num_blocks, int r, std::byte* row);
 

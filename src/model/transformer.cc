@@ -225,7 +225,7 @@ void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {
   f.number(w.cols());
   f.number(static_cast<int64_t>(w.format()));
   if (kernels::ggml_row_dtype(w.format())) {
-    // The file's bytes, not the stored layout, which depends on the CPU (legacy_x16.h): P/D
+    // The file's bytes, not the stored layout, which depends on the CPU (kernels/x16.h): P/D
     // peers on different CPUs load the same weights.
     for (int64_t p : {int64_t{0}, w.num_panels() - 1}) {
       std::vector<std::byte> rows = kernels::panel_file_rows(w, p);
