@@ -308,33 +308,19 @@ void unpack_x16_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel&
   }
 }
 
-// An x16-interleaved Q4_K / Q5_K / Q6_K panel (kquant_x16.h): its quant vectors are the
-// unpacked panel's, and the scales are decoded for the 16 rows at once.
+// An x16-interleaved K-quant panel (kquant_x16.h): its quant vectors are the unpacked panel's,
+// and the scales are decoded for the 16 rows at once.
 template <typename Block>
 void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel& out) {
   constexpr KQuantX16Layout kL = kquant_x16_layout_of<Block>();
+  constexpr bool kK4 = std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>;
   const auto* g = reinterpret_cast<const uint8_t*>(w.panel(panel));
   const auto store_run = [&](int64_t b, int64_t run, __m512i u) {
     _mm512_storeu_si512(out.quants + (64 * b + run) * (4 * kR), u);
   };
   for (int64_t b = 0; b < w.padded_cols() / kQKBlockSize; ++b, g += kL.group_bytes) {
     const __m512 d = load_f16x16(g + kL.d);
-    if constexpr (std::is_same_v<Block, BlockQ6_K>) {
-      for (int64_t h = 0; h < 2; ++h) {
-        for (int64_t j = 0; j < 8; ++j) {
-          __m512i u[4];
-          unpack_q6k_run(g, h, j, u);
-          for (int64_t k = 0; k < 4; ++k) {
-            store_run(b, 32 * h + 8 * k + j, u[k]);
-          }
-        }
-      }
-      for (int64_t i = 0; i < 16; ++i) {
-        const __m512 sc = _mm512_cvtepi32_ps(widen_i8x16(g + kL.scales + 16 * i));
-        _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, sc));
-        _mm512_storeu_ps(out.offset + (16 * b + i) * kR, _mm512_setzero_ps());
-      }
-    } else {
+    if constexpr (kK4) {
       for (int64_t c = 0; c < 4; ++c) {
         for (int64_t j = 0; j < 8; ++j) {
           __m512i lo;
@@ -352,6 +338,29 @@ void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const Unpacke
         const __m512 m = _mm512_cvtepi32_ps(widen_u8x16(s.min + 16 * i));
         _mm512_storeu_ps(out.scale + (8 * b + i) * kR, _mm512_mul_ps(d, sc));
         _mm512_storeu_ps(out.offset + (8 * b + i) * kR, _mm512_mul_ps(neg_dmin, m));
+      }
+    } else {
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t j = 0; j < 8; ++j) {
+          __m512i u[4];
+          unpack_g16_run<Block>(g, h, j, u);
+          for (int64_t k = 0; k < 4; ++k) {
+            store_run(b, 32 * h + 8 * k + j, u[k]);
+          }
+        }
+      }
+      const G16ScalesX16<Block> s(g);
+      [[maybe_unused]] const __m512 neg_dmin =
+          kL.dmin >= 0 ? _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin))
+                       : _mm512_setzero_ps();
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 sc = _mm512_cvtepi32_ps(s.scale(i));
+        _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, sc));
+        __m512 offset = _mm512_setzero_ps();
+        if constexpr (std::is_same_v<Block, BlockQ2_K>) {
+          offset = _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(s.min(i)));
+        }
+        _mm512_storeu_ps(out.offset + (16 * b + i) * kR, offset);
       }
     }
   }
@@ -522,9 +531,11 @@ void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
       return gemm_panels<32, 32, 0, true>(a, pb, pe, unpack_row<BlockQ5_1, 0, false>,
                                           unpack_x16_panel<BlockQ5_1>);
     case DType::kQ2_K:
-      return gemm_panels<16, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ2_K, 0, true>);
+      return gemm_panels<16, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ2_K, 0, true>,
+                                                    unpack_kquant_x16_panel<BlockQ2_K>);
     case DType::kQ3_K:
-      return gemm_panels<16, kQKBlockSize, 4, false>(a, pb, pe, unpack_row<BlockQ3_K, 4, true>);
+      return gemm_panels<16, kQKBlockSize, 4, false>(a, pb, pe, unpack_row<BlockQ3_K, 4, true>,
+                                                     unpack_kquant_x16_panel<BlockQ3_K>);
     case DType::kQ4_K:
       return gemm_panels<32, kQKBlockSize, 0, true>(a, pb, pe, unpack_row<BlockQ4_K, 0, true>,
                                                     unpack_kquant_x16_panel<BlockQ4_K>);

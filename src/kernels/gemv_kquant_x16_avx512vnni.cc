@@ -1,4 +1,4 @@
-// AVX512-VNNI GEMV for Q4_K, Q5_K and Q6_K weights stored x16-interleaved (kquant_x16.h):
+// AVX512-VNNI GEMV for the K-quant weights (Q2_K ... Q6_K) stored x16-interleaved (kquant_x16.h):
 // batch-1 decode and the few-token calls below the GEMM's threshold.
 //
 // Per super-block of a 16-row panel: each 64-byte load of quants gives 4 values of all 16 rows,
@@ -9,7 +9,8 @@
 //
 // Arithmetic (x = dx * q8, Q8_K activations with 16-value sums bsums):
 //   Q4_K / Q5_K: y += d * dx * sum_s sc[s] * dot_s - dmin * dx * sum_s m[s] * (bsums of s)
-//   Q6_K:        y += d * dx * sum_g sc[g] * (dot_g - 32 * bsums[g])   (u = q + 32 stored)
+//   Q6_K / Q3_K: y += d * dx * sum_g sc[g] * (dot_g - bias * bsums[g])  (u = q + 32 / q + 4)
+//   Q2_K:        y += d * dx * sum_g sc[g] * dot_g - dmin * dx * sum_g m[g] * bsums[g]
 
 #include <immintrin.h>
 
@@ -18,11 +19,10 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/kquant_x16_avx512.h"
+#include "kernels/x16_gemv_avx512.h"
 
 namespace crescent::kernels::internal {
 namespace {
-
-constexpr int64_t kR = kPanelRows;
 
 inline __m512i broadcast4(const int8_t* x) {
   int32_t v;
@@ -30,16 +30,13 @@ inline __m512i broadcast4(const int8_t* x) {
   return _mm512_set1_epi32(v);
 }
 
-// Stores the T tokens' 16 outputs of panel `panel` (+ bias), masked to the weight's rows.
+// Tokens t0 .. t0 + T - 1: their Q8_K activation rows and zeroed output accumulators.
 template <int T>
-void store_outputs(const MatmulArgs& a, int64_t panel, int64_t t0, const __m512* acc) {
-  const int64_t rows = a.w->rows();
-  const int64_t r0 = panel * kR;
-  const int n = static_cast<int>(std::min<int64_t>(kR, rows - r0));
-  const auto mask = static_cast<__mmask16>((1u << n) - 1);
-  const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(mask, a.bias + r0) : _mm512_setzero_ps();
+void first_tokens(const MatmulArgs& a, int64_t t0, int64_t num_blocks, const BlockQ8K** x,
+                  __m512* acc) {
   for (int t = 0; t < T; ++t) {
-    _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, mask, _mm512_add_ps(acc[t], bias));
+    x[t] = a.x_q8k + (t0 + t) * num_blocks;
+    acc[t] = _mm512_setzero_ps();
   }
 }
 
@@ -50,10 +47,7 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
   const auto* g = reinterpret_cast<const uint8_t*>(a.w->panel(panel));
   const BlockQ8K* x[T];
   __m512 acc[T];
-  for (int t = 0; t < T; ++t) {
-    x[t] = a.x_q8k + (t0 + t) * num_blocks;
-    acc[t] = _mm512_setzero_ps();
-  }
+  first_tokens<T>(a, t0, num_blocks, x, acc);
   for (int64_t b = 0; b < num_blocks; ++b, g += kL.group_bytes) {
     K4ScalesX16 s;
     decode_k4_scales_x16(g + kL.scales, &s);
@@ -105,39 +99,49 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dmin, dx), acc[t]);
     }
   }
-  store_outputs<T>(a, panel, t0, acc);
+  store_x16_outputs<T>(a, panel, t0, acc);
 }
 
-template <int T>
-void gemv_q6k_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
-  constexpr KQuantX16Layout kL = kQ6KX16;
+// Q2_K, Q3_K and Q6_K: 16 scale groups of 16 values.
+template <typename Block, int T>
+void gemv_g16_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
+  constexpr KQuantX16Layout kL = kquant_x16_layout_of<Block>();
+  constexpr int32_t kBias = g16_bias<Block>();
+  constexpr bool kHasMin = std::is_same_v<Block, BlockQ2_K>;
+  // Q2_K / Q3_K leave their quants in place (unpack_g16_run_in_place); Q6_K's dots do not fit
+  // in 16 bits, so they are multiplied by the scales in 32 (vpmulld).
+  constexpr bool kInPlace = !std::is_same_v<Block, BlockQ6_K>;
   const int64_t num_blocks = a.w->padded_cols() / kQKBlockSize;
   const auto* g = reinterpret_cast<const uint8_t*>(a.w->panel(panel));
   const BlockQ8K* x[T];
   __m512 acc[T];
-  for (int t = 0; t < T; ++t) {
-    x[t] = a.x_q8k + (t0 + t) * num_blocks;
-    acc[t] = _mm512_setzero_ps();
-  }
+  first_tokens<T>(a, t0, num_blocks, x, acc);
   for (int64_t b = 0; b < num_blocks; ++b, g += kL.group_bytes) {
+    const G16ScalesX16<Block> s(g);
     __m512i sumi[T];
     for (int t = 0; t < T; ++t) {
       sumi[t] = _mm512_setzero_si512();
     }
     for (int64_t h = 0; h < 2; ++h) {
       for (int64_t jh = 0; jh < 2; ++jh) {
-        // Scale groups 8h + 2k + jh (k < 4): their dots start at -32 * sum(x), leaving sum(q x).
+        // Scale groups 8h + 2k + jh (k < 4): their dots start at -bias * sum(x), leaving
+        // sum(q x).
         __m512i dot[4][T];
         for (int64_t k = 0; k < 4; ++k) {
           for (int t = 0; t < T; ++t) {
-            dot[k][t] = _mm512_set1_epi32(-32 * x[t][b].bsums[8 * h + 2 * k + jh]);
+            const int32_t scale = kInPlace ? 1 << (2 * g16_in_place_shift<Block>(k)) : 1;
+            dot[k][t] = _mm512_set1_epi32(-kBias * scale * x[t][b].bsums[8 * h + 2 * k + jh]);
           }
         }
 #pragma GCC unroll 4
         for (int64_t jj = 0; jj < 4; ++jj) {
           const int64_t j = 4 * jh + jj;
           __m512i u[4];
-          unpack_q6k_run(g, h, j, u);
+          if constexpr (kInPlace) {
+            unpack_g16_run_in_place<Block>(g, h, j, u);
+          } else {
+            unpack_g16_run<Block>(g, h, j, u);
+          }
           for (int64_t k = 0; k < 4; ++k) {
             for (int t = 0; t < T; ++t) {
               const int8_t* xq = x[t][b].qs + 128 * h + 32 * k + 4 * j;
@@ -146,9 +150,21 @@ void gemv_q6k_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
           }
         }
         for (int64_t k = 0; k < 4; ++k) {
-          const __m512i sc = widen_i8x16(g + kL.scales + 16 * (8 * h + 2 * k + jh));
-          for (int t = 0; t < T; ++t) {
-            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot[k][t], sc));
+          const int64_t group = 8 * h + 2 * k + jh;
+          if constexpr (kInPlace) {
+            // sum(q x) of a group of 16 fits in 16 bits (Q3_K: |q| <= 4; Q2_K: u <= 3), so
+            // one vpdpwssd multiplies it by the scale and adds.
+            const __m512i sc = s.scale_low16(group);
+            const int shift = 2 * g16_in_place_shift<Block>(k);
+            for (int t = 0; t < T; ++t) {
+              const __m512i v = shift == 0 ? dot[k][t] : _mm512_srai_epi32(dot[k][t], shift);
+              sumi[t] = _mm512_dpwssd_epi32(sumi[t], v, sc);
+            }
+          } else {
+            const __m512i sc = s.scale(group);
+            for (int t = 0; t < T; ++t) {
+              sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot[k][t], sc));
+            }
           }
         }
       }
@@ -158,44 +174,52 @@ void gemv_q6k_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]),
                                _mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)), acc[t]);
     }
+    if constexpr (kHasMin) {
+      // Each group's min against its 16 activations' sum (|sum| < 2^11): 16-bit values in
+      // int32 lanes, so one vpdpwssd multiplies and adds them.
+      __m512i summ[T];
+      for (int t = 0; t < T; ++t) {
+        summ[t] = _mm512_setzero_si512();
+      }
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512i m = s.min(i);
+        for (int t = 0; t < T; ++t) {
+          summ[t] = _mm512_dpwssd_epi32(summ[t], m, _mm512_set1_epi32(x[t][b].bsums[i]));
+        }
+      }
+      const __m512 dmin = load_f16x16(g + kL.dmin);
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[t]),
+                                  _mm512_mul_ps(dmin, _mm512_set1_ps(x[t][b].d)), acc[t]);
+      }
+    }
   }
-  store_outputs<T>(a, panel, t0, acc);
+  store_x16_outputs<T>(a, panel, t0, acc);
 }
 
 template <typename Block, int T>
 void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
-  if constexpr (std::is_same_v<Block, BlockQ6_K>) {
-    gemv_q6k_panel<T>(a, panel, t0);
-  } else {
+  if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
     gemv_k4_panel<Block, T>(a, panel, t0);
+  } else {
+    gemv_g16_panel<Block, T>(a, panel, t0);
   }
 }
 
 template <typename Block>
 void gemv_panels(const MatmulArgs& a, int64_t pb, int64_t pe) {
-  for (int64_t p = pb; p < pe; ++p) {
-    for (int64_t t0 = 0; t0 < a.num_tokens; t0 += 4) {
-      switch (std::min<int64_t>(4, a.num_tokens - t0)) {
-        case 1:
-          gemv_panel<Block, 1>(a, p, t0);
-          break;
-        case 2:
-          gemv_panel<Block, 2>(a, p, t0);
-          break;
-        case 3:
-          gemv_panel<Block, 3>(a, p, t0);
-          break;
-        default:
-          gemv_panel<Block, 4>(a, p, t0);
-          break;
-      }
-    }
-  }
+  for_each_x16_pass(a, pb, pe, [&](auto tokens, int64_t p, int64_t t0) {
+    gemv_panel<Block, decltype(tokens)::value>(a, p, t0);
+  });
 }
 
 void gemv_kquant_x16(const MatmulArgs& a, int64_t pb, int64_t pe) {
   CRESCENT_CHECK(a.w->is_x16() && a.x_q8k != nullptr);
   switch (*ggml_row_dtype(a.w->format())) {
+    case DType::kQ2_K:
+      return gemv_panels<BlockQ2_K>(a, pb, pe);
+    case DType::kQ3_K:
+      return gemv_panels<BlockQ3_K>(a, pb, pe);
     case DType::kQ4_K:
       return gemv_panels<BlockQ4_K>(a, pb, pe);
     case DType::kQ5_K:

@@ -4,11 +4,12 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/x16.h"
 
 namespace crescent::kernels {
 namespace {
 
-constexpr int64_t kRows = 16;
+constexpr int64_t kRows = kX16Rows;
 
 // One field of a block: where it sits in the file's block, how many bytes it has, how many of
 // them stay together per row in the group (the run length), and where the group keeps it.
@@ -31,6 +32,24 @@ struct BlockFields {
 
 BlockFields block_fields(DType type) {
   switch (type) {
+    case DType::kQ2_K: {
+      const KQuantX16Layout& l = kQ2KX16;
+      return {sizeof(BlockQ2_K),
+              4,
+              {{plain_field(offsetof(BlockQ2_K, qs), 64, 4, l.qs),
+                plain_field(offsetof(BlockQ2_K, scales), 16, 1, l.scales),
+                plain_field(offsetof(BlockQ2_K, d), 2, 2, l.d),
+                plain_field(offsetof(BlockQ2_K, dmin), 2, 2, l.dmin)}}};
+    }
+    case DType::kQ3_K: {
+      const KQuantX16Layout& l = kQ3KX16;
+      return {sizeof(BlockQ3_K),
+              4,
+              {{plain_field(offsetof(BlockQ3_K, qs), 64, 4, l.qs),
+                plain_field(offsetof(BlockQ3_K, hmask), 32, 4, l.qh),
+                plain_field(offsetof(BlockQ3_K, scales), 12, 1, l.scales),
+                plain_field(offsetof(BlockQ3_K, d), 2, 2, l.d)}}};
+    }
     case DType::kQ4_K: {
       const KQuantX16Layout& l = kQ4KX16;
       return {sizeof(BlockQ4_K),
@@ -86,18 +105,19 @@ void for_each_run(const BlockFields& f, int64_t r, Fn fn) {
   }
 }
 
-void check_row(int r) {
-  CRESCENT_CHECK(r >= 0 && r < kRows) << r;
-}
-
 }  // namespace
 
 bool is_kquant_x16_type(DType type) {
-  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
+  return type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ4_K ||
+         type == DType::kQ5_K || type == DType::kQ6_K;
 }
 
 const KQuantX16Layout& kquant_x16_layout(DType type) {
   switch (type) {
+    case DType::kQ2_K:
+      return kQ2KX16;
+    case DType::kQ3_K:
+      return kQ3KX16;
     case DType::kQ4_K:
       return kQ4KX16;
     case DType::kQ5_K:
@@ -112,7 +132,6 @@ const KQuantX16Layout& kquant_x16_layout(DType type) {
 
 void store_kquant_x16_row(DType type, const std::byte* row, int64_t num_blocks, int r,
                           std::byte* panel) {
-  check_row(r);
   const BlockFields f = block_fields(type);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const std::byte* block = row + b * f.block_bytes;
@@ -125,7 +144,6 @@ void store_kquant_x16_row(DType type, const std::byte* row, int64_t num_blocks, 
 
 void load_kquant_x16_row(DType type, const std::byte* panel, int64_t num_blocks, int r,
                          std::byte* row) {
-  check_row(r);
   const BlockFields f = block_fields(type);
   for (int64_t b = 0; b < num_blocks; ++b) {
     std::byte* block = row + b * f.block_bytes;

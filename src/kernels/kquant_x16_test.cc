@@ -3,34 +3,25 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "kernels/test_util.h"
 #include "kernels/x16.h"
 
 namespace crescent::kernels {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-std::vector<std::byte> random_bytes(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(n);
-  for (std::byte& b : out) {
-    b = static_cast<std::byte>(rng() & 0xff);
-  }
-  return out;
-}
-
-TEST(KQuantX16Test, OnlyQ4KQ5KAndQ6KQualify) {
+TEST(KQuantX16Test, OnlyTheKQuantsQualify) {
   for (DType t : kTypes) {
     EXPECT_TRUE(is_kquant_x16_type(t)) << dtype_name(t);
     EXPECT_TRUE(has_x16_layout(t)) << dtype_name(t);
   }
-  for (DType t : {DType::kF32, DType::kQ8_0, DType::kQ4_0, DType::kQ2_K, DType::kQ3_K}) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kIQ4_NL}) {
     EXPECT_FALSE(is_kquant_x16_type(t)) << dtype_name(t);
   }
-  EXPECT_FALSE(has_x16_layout(DType::kQ2_K));
+  EXPECT_FALSE(has_x16_layout(DType::kQ8_0));
   EXPECT_TRUE(has_x16_layout(DType::kQ5_0));
 }
 
@@ -40,6 +31,13 @@ TEST(KQuantX16Test, GroupsKeepTheBlocksBytes) {
   for (DType t : kTypes) {
     EXPECT_EQ(kquant_x16_layout(t).group_bytes, 16 * dtype_block_bytes(t)) << dtype_name(t);
   }
+  EXPECT_EQ(kQ2KX16.scales, 16 * 64);
+  EXPECT_EQ(kQ2KX16.d, 16 * (64 + 16));
+  EXPECT_EQ(kQ2KX16.dmin + 32, kQ2KX16.group_bytes);
+  EXPECT_EQ(kQ3KX16.qh, 16 * 64);
+  EXPECT_EQ(kQ3KX16.scales, 16 * (64 + 32));
+  EXPECT_EQ(kQ3KX16.d, 16 * (64 + 32 + 12));
+  EXPECT_EQ(kQ3KX16.d + 32, kQ3KX16.group_bytes);
   EXPECT_EQ(kQ4KX16.scales, 16 * 128);
   EXPECT_EQ(kQ4KX16.d, 16 * (128 + 12));
   EXPECT_EQ(kQ4KX16.dmin + 32, kQ4KX16.group_bytes);
@@ -62,7 +60,7 @@ TEST(KQuantX16Test, RowsRoundTripThroughAPanel) {
     std::vector<int64_t> histogram_rows(256, 0);
     std::vector<int64_t> histogram_panel(256, 0);
     for (int r = 0; r < 16; ++r) {
-      rows.push_back(random_bytes(row_bytes, 200 + r));
+      rows.push_back(testing::random_bytes(row_bytes, 200 + r));
       store_x16_row(t, rows[r].data(), num_blocks, r, panel.data());
       for (std::byte b : rows[r]) {
         ++histogram_rows[static_cast<int>(b)];
@@ -115,6 +113,38 @@ TEST(KQuantX16Test, FieldsLandWhereTheLayoutSays) {
     EXPECT_EQ(g[12 * 192 + 128 + 4 * r + 2], 0x61);
     EXPECT_EQ(g[3072 + 15 * 16 + r], 0xfd);
     EXPECT_EQ(g[3328 + 2 * r], 0x21);
+  }
+  {
+    std::vector<BlockQ2_K> row(2);
+    std::memset(row.data(), 0, sizeof(BlockQ2_K) * 2);
+    row[1].qs[45] = 0xc3;  // run 11, byte 1
+    row[1].scales[14] = 0x5b;
+    row[1].d = 0x2468;
+    row[1].dmin = 0x1357;
+    std::vector<uint8_t> panel(2 * kQ2KX16.group_bytes, 0);
+    store_kquant_x16_row(DType::kQ2_K, reinterpret_cast<const std::byte*>(row.data()), 2, r,
+                         reinterpret_cast<std::byte*>(panel.data()));
+    const uint8_t* g = panel.data() + kQ2KX16.group_bytes;
+    EXPECT_EQ(g[11 * 64 + 4 * r + 1], 0xc3);
+    EXPECT_EQ(g[1024 + 14 * 16 + r], 0x5b);
+    EXPECT_EQ(g[1280 + 2 * r], 0x68);
+    EXPECT_EQ(g[1312 + 2 * r + 1], 0x13);
+  }
+  {
+    std::vector<BlockQ3_K> row(2);
+    std::memset(row.data(), 0, sizeof(BlockQ3_K) * 2);
+    row[1].qs[62] = 0x4d;     // run 15, byte 2
+    row[1].hmask[22] = 0xb1;  // run 5, byte 2
+    row[1].scales[11] = 0x77;
+    row[1].d = 0x0bcd;
+    std::vector<uint8_t> panel(2 * kQ3KX16.group_bytes, 0);
+    store_kquant_x16_row(DType::kQ3_K, reinterpret_cast<const std::byte*>(row.data()), 2, r,
+                         reinterpret_cast<std::byte*>(panel.data()));
+    const uint8_t* g = panel.data() + kQ3KX16.group_bytes;
+    EXPECT_EQ(g[15 * 64 + 4 * r + 2], 0x4d);
+    EXPECT_EQ(g[1024 + 5 * 64 + 4 * r + 2], 0xb1);
+    EXPECT_EQ(g[1536 + 11 * 16 + r], 0x77);
+    EXPECT_EQ(g[1728 + 2 * r], 0xcd);
   }
 }
 

@@ -359,7 +359,7 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
         quantize_row(t, &wf[r * cols], cols, wq.data() + r * dtype_num_bytes(t, cols));
       }
       // Packed under the portable table (the file's row layout) and under the CPU's best (the
-      // legacy types and Q4_K / Q5_K / Q6_K x16-interleaved where it has VNNI); every ISA then
+      // legacy types and the K-quants x16-interleaved where it has VNNI); every ISA then
       // computes on both.
       Result<PackedWeight> file_layout = [&] {
         ScopedIsa scoped(Isa::kPortable);
