@@ -160,7 +160,7 @@ inline void unpack_g16_run(const uint8_t* g, int64_t h, int64_t j, __m512i* u) {
 }
 
 // Q2_K / Q3_K for the GEMV: the runs of unpack_g16_run with each u[k] left where its bits sit
-// in the stored byte, so at 4^s[k] times its value (s = g16_in_place_shifts), which saves the
+// in the stored byte, so at 4^s[k] times its value (s = g16_in_place_shift), which saves the
 // shifts that move them down: a dot of them is 4^s[k] times u's, exactly, and an arithmetic
 // shift by 2 s[k] undoes that. Q3_K's u[3] (bits 6-7 plus its third bit) would need bit 8, so it
 // is shifted down to bits 4-6 (s = 2, like u[2]).
