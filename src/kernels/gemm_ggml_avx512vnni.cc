@@ -350,16 +350,18 @@ void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const Unpacke
         }
       }
       const G16ScalesX16<Block> s(g);
-      [[maybe_unused]] const __m512 neg_dmin =
-          kL.dmin >= 0 ? _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin))
-                       : _mm512_setzero_ps();
       for (int64_t i = 0; i < 16; ++i) {
-        const __m512 sc = _mm512_cvtepi32_ps(s.scale(i));
-        _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, sc));
+        __m512i sc;
         __m512 offset = _mm512_setzero_ps();
         if constexpr (std::is_same_v<Block, BlockQ2_K>) {
-          offset = _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(s.min(i)));
+          __m512i m;
+          s.scale_and_min(i, &sc, &m);
+          const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin));
+          offset = _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(m));
+        } else {
+          sc = s.scale(i);
         }
+        _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
         _mm512_storeu_ps(out.offset + (16 * b + i) * kR, offset);
       }
     }
@@ -371,20 +373,26 @@ using UnpackX16PanelFn = void (*)(const PackedWeight& w, int64_t panel, const Un
 // P panels x T tokens over the whole K: int32 group dots, scaled and offset per group into an
 // f32 sum per activation block (A values), which its activation scale then adds to the total.
 template <int S, int A, int kBias, bool kHasMin, int P, int T>
-void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, int64_t t0) {
+requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan,
+                                                 int64_t panel0, int64_t t0) {
   constexpr int kGroupsPerBlock = A / S;
   const int64_t kp = a.w->padded_cols();
   const int64_t groups = kp / S;
   const int64_t rows = a.w->rows();
   const int8_t* xq[T];
   const float* dx[T];
-  const int32_t* xs[T];
+  const int32_t* start[T];  // -kBias * sum of the group's quants (types with a bias)
+  const float* xs[T];       // that sum (types with a min)
   __m512 acc[P][T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * kp;
     dx[t] = a.x_block_scale + (t0 + t) * (kp / A);
-    xs[t] = a.x_group_sum + (t0 + t) * groups;
+    if constexpr (kBias != 0) {
+      start[t] = a.x_group_start + (t0 + t) * groups;
+    } else {
+      xs[t] = a.x_group_sum + (t0 + t) * groups;
+    }
 #pragma GCC unroll 2
     for (int i = 0; i < P; ++i) {
       acc[i][t] = _mm512_setzero_ps();
@@ -402,12 +410,13 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
     for (int64_t g = blk * kGroupsPerBlock; g < (blk + 1) * kGroupsPerBlock; ++g) {
       __m512i dot[P][T];
       // The quants are stored as u = q + kBias: starting at -kBias * sum(x) leaves sum(q * x).
+      // The start is read from memory (a load port) rather than computed and broadcast from a
+      // general register (a slot on the ports the vpdpbusd use).
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        const __m512i start = _mm512_set1_epi32(-kBias * xs[t][g]);
 #pragma GCC unroll 2
         for (int i = 0; i < P; ++i) {
-          dot[i][t] = start;
+          dot[i][t] = kBias != 0 ? _mm512_set1_epi32(start[t][g]) : _mm512_setzero_si512();
         }
       }
 #pragma GCC unroll 8
@@ -439,8 +448,7 @@ void gemm_tile(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, in
           const __m512 off = _mm512_load_ps(pan[i].offset + g * kR);
 #pragma GCC unroll 4
           for (int t = 0; t < T; ++t) {
-            bsum[i][t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(xs[t][g])), off, bsum[i][t]);
+            bsum[i][t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t][g]), off, bsum[i][t]);
           }
         }
       }
@@ -514,6 +522,11 @@ void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack
     }
   }
 }
+
+// The biases below are the ones prepare_group_acts (matmul.cc) folds into x_group_start.
+static_assert(ggml_gemm_bias(DType::kQ4_0) == 8 && ggml_gemm_bias(DType::kQ5_0) == 16 &&
+              ggml_gemm_bias(DType::kQ3_K) == 4 && ggml_gemm_bias(DType::kQ6_K) == 32 &&
+              ggml_gemm_bias(DType::kIQ4_NL) == 128);
 
 void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
   CRESCENT_CHECK(a.group_size == ggml_gemm_group_size(*ggml_row_dtype(a.w->format())));

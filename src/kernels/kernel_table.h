@@ -32,10 +32,14 @@ struct MatmulArgs {
   const BlockQ8K* x_q8k = nullptr;  // [num_tokens][padded_cols / 256] for K-quant weights
   RowDotFn row_dot = nullptr;       // ggml row formats
   // The ggml GEMM (prefill) over xq: per token, the activation scale of each activation block
-  // (256 values for the K-quants' Q8_K, 32 for Q8_0: [num_tokens][padded_cols / block]) and the
-  // sum of the quants of each weight scale group ([num_tokens][padded_cols / group_size]).
+  // (256 values for the K-quants' Q8_K, 32 for Q8_0: [num_tokens][padded_cols / block]), and per
+  // token and weight scale group ([num_tokens][padded_cols / group_size]) the sum of its quants
+  // in the form the GEMM's tile reads with one broadcast load: for the types whose panels store
+  // q + bias (ggml_gemm_bias), -bias * sum, where the group's int32 dot starts; for the types
+  // with a min, the sum as a float, which the group's offset multiplies. The other is null.
   const float* x_block_scale = nullptr;
-  const int32_t* x_group_sum = nullptr;
+  const int32_t* x_group_start = nullptr;
+  const float* x_group_sum = nullptr;
   int group_size = 0;
   const float* bias = nullptr;  // [rows] or null
   float* y = nullptr;           // [num_tokens][rows]
@@ -143,6 +147,24 @@ MatmulPanelsFn x16_gemv(const KernelTable& table, DType dtype);
 // Q3_K and Q6_K, 32 for Q4_K and Q5_K) or the legacy types' whole block of 32.
 constexpr int ggml_gemm_group_size(DType dtype) {
   return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
+}
+// What the ggml GEMM's unpacked panels add to a type's quants to make them unsigned for vpdpbusd
+// (0: the quants are unsigned already, and the type has a min instead).
+constexpr int ggml_gemm_bias(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      return 8;
+    case DType::kQ5_0:
+      return 16;
+    case DType::kQ3_K:
+      return 4;
+    case DType::kQ6_K:
+      return 32;
+    case DType::kIQ4_NL:
+      return 128;
+    default:
+      return 0;
+  }
 }
 // Fewer tokens than this take the row dots: unpacking the panels costs about one pass over the
 // weight, which 4 tokens (one pass of the row dots) do not repay; from 5 tokens (two passes) on

@@ -244,6 +244,13 @@ class G16ScalesX16 {
     static_assert(std::is_same_v<Block, BlockQ2_K>);
     return _mm512_srli_epi32(widen_u8x16(at_ + 16 * i), 4);
   }
+  // Q2_K only: scale(i) and min(i) from one widening of their byte.
+  void scale_and_min(int64_t i, __m512i* scale, __m512i* min) const {
+    static_assert(std::is_same_v<Block, BlockQ2_K>);
+    const __m512i bytes = widen_u8x16(at_ + 16 * i);
+    *scale = _mm512_and_si512(bytes, _mm512_set1_epi32(0x0f));
+    *min = _mm512_srli_epi32(bytes, 4);
+  }
 
  private:
   // ggml's packing (dequantize_row_q3_K): scale i's low nibble is byte i's (i < 8) or byte

@@ -127,29 +127,43 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   }
 }
 
-// The ggml GEMM's activations (MatmulArgs::x_block_scale, x_group_sum) from the row dots' form
-// in *args. The legacy types' Q8_0 blocks are their scale groups, so their scales and sums serve
-// as they are; the K-quants' Q8_K blocks give flat int8 quants, one scale per block and the sums
-// of each weight scale group (16 or 32 values) from the 16-value sums.
+// The ggml GEMM's activations (MatmulArgs::x_block_scale, x_group_start / x_group_sum) from the
+// row dots' form in *args. The legacy types' Q8_0 blocks are their scale groups, so their scales
+// and sums serve as they are; the K-quants' Q8_K blocks give flat int8 quants, one scale per
+// block and the sums of each weight scale group (16 or 32 values) from the 16-value sums.
 void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& pool,
                         MatmulArgs* args, std::vector<int8_t>* xq, std::vector<float>* block_scale,
-                        std::vector<int32_t>* group_sum) {
+                        std::vector<int32_t>* group_start, std::vector<float>* group_sum) {
   const int group = internal::ggml_gemm_group_size(type);
+  const int bias = internal::ggml_gemm_bias(type);
   args->group_size = group;
-  if (args->x_q8k == nullptr) {
-    args->x_block_scale = args->x_scale;
-    args->x_group_sum = args->x_sum;
-    return;
-  }
   const int64_t groups = kp / group;
+  const bool from_q8k = args->x_q8k != nullptr;
   const int64_t nb = kp / kQKBlockSize;
   const int per_block = kQKBlockSize / group;
-  group_sum->resize(num_tokens * groups);
-  xq->resize(num_tokens * kp);
-  block_scale->resize(num_tokens * nb);
+  if (bias != 0) {
+    group_start->resize(num_tokens * groups);
+  } else {
+    group_sum->resize(num_tokens * groups);
+  }
+  if (from_q8k) {
+    xq->resize(num_tokens * kp);
+    block_scale->resize(num_tokens * nb);
+  }
   pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      int32_t* sum = group_sum->data() + t * groups;
+      const auto put = [&](int64_t g, int32_t sum) {
+        if (bias != 0) {
+          (*group_start)[t * groups + g] = -bias * sum;
+        } else {
+          (*group_sum)[t * groups + g] = static_cast<float>(sum);
+        }
+      };
+      if (!from_q8k) {
+        for (int64_t g = 0; g < groups; ++g)
+          put(g, args->x_sum[t * groups + g]);
+        continue;
+      }
       for (int64_t b = 0; b < nb; ++b) {
         const BlockQ8K& blk = args->x_q8k[t * nb + b];
         std::memcpy(xq->data() + t * kp + b * kQKBlockSize, blk.qs, kQKBlockSize);
@@ -158,14 +172,19 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
           int32_t s = 0;
           for (int j = g * group / 16; j < (g + 1) * group / 16; ++j)
             s += blk.bsums[j];
-          sum[b * per_block + g] = s;
+          put(b * per_block + g, s);
         }
       }
     }
   });
-  args->xq = xq->data();
-  args->x_block_scale = block_scale->data();
-  args->x_group_sum = group_sum->data();
+  if (from_q8k) {
+    args->xq = xq->data();
+    args->x_block_scale = block_scale->data();
+  } else {
+    args->x_block_scale = args->x_scale;
+  }
+  args->x_group_start = bias != 0 ? group_start->data() : nullptr;
+  args->x_group_sum = bias != 0 ? nullptr : group_sum->data();
 }
 
 }  // namespace
@@ -509,7 +528,8 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
   std::vector<int32_t> x_sum;
   std::vector<BlockQ8K> x_q8k;
   std::vector<float> x_block_scale;
-  std::vector<int32_t> x_group_sum;
+  std::vector<int32_t> x_group_start;
+  std::vector<float> x_group_sum;
   auto pad_x = [&] {
     if (kp == cols) {
       args.x = x;
@@ -605,7 +625,8 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         gemm_min_tokens = internal::kX16GemmMinTokens;
       }
       if (table.gemm_ggml != nullptr && num_tokens >= gemm_min_tokens) {
-        prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_sum);
+        prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_start,
+                           &x_group_sum);
         fn = table.gemm_ggml;
       }
       break;
