@@ -53,12 +53,14 @@ double measure_memcpy_gbps(ThreadPool& pool, int64_t num_bytes) {
 
 namespace {
 
-// Best of 3 runs of `fn` on every pool thread, in G(FL)OP/s.
+// Best of 5 runs of `fn` on every pool thread, in G(FL)OP/s. A run is 12M iterations of the
+// kernel's 10-12 independent multiply-adds, ~25-50 ms: with 3 runs of ~9 ms a shared VM could
+// report two thirds of the peak (one thread held up in each), and every ratio to it 1.5x high.
 double measure_peak(ThreadPool& pool, double (*fn)(int64_t)) {
   const int n = pool.num_threads();
-  constexpr int64_t kIters = int64_t{4} << 20;
+  constexpr int64_t kIters = int64_t{12} << 20;
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {
     std::vector<double> flops(n, 0);
     const auto start = Clock::now();
     pool.parallel_for(n, [&](int c) { flops[c] = fn(kIters); });
