@@ -160,8 +160,9 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
         }
       };
       if (!from_q8k) {
-        for (int64_t g = 0; g < groups; ++g)
+        for (int64_t g = 0; g < groups; ++g) {
           put(g, args->x_sum[t * groups + g]);
+        }
         continue;
       }
       for (int64_t b = 0; b < nb; ++b) {
