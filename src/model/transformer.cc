@@ -37,9 +37,9 @@ kernels::WeightFormat choose_format(TransformerOptions::Weights w, DType source)
   return kernels::native_weight_format(source).value_or(kernels::WeightFormat::kBF16);
 }
 
-// kAuto on a GGUF mix (Q4_K_M: q/k in Q4_K, v in Q6_K): a fused matrix computes in its parts'
-// block type, or the widest of them when they differ (the narrower rows are requantised, a
-// small loss that keeps q/k/v and gate/up one matmul each).
+// kAuto on a fused matrix (gate/up; q/k/v when pack_parts keeps them together): it computes in
+// its parts' block type, or the widest of them when they differ (the narrower rows are
+// requantised, a small loss that keeps the matrix one matmul).
 kernels::WeightFormat auto_format(const std::vector<TensorView>& parts,
                                   kernels::WeightFormat fallback) {
   DType widest = parts[0].dtype;
@@ -83,6 +83,35 @@ Result<kernels::PackedWeight> pack_rows(const std::vector<TensorView>& parts, in
     row += p.shape[0];
   }
   return kernels::pack_weight(joined.data(), DType::kF32, rows, cols, format);
+}
+
+// q/k/v: one fused matrix, as pack_rows makes it, unless kAuto finds the GGUF parts in different
+// block types that each have a kernel, which then stay apart in their own types: requantising
+// Q4_K_M's Q4_K q / k to its Q6_K v's type was two thirds of llama-3.2-1b's load time (4.6-5.1 s
+// -> 1.6 s), 1.3% more bytes per decoded token and a little precision.
+Result<std::vector<kernels::PackedWeight>> pack_parts(const std::vector<TensorView>& parts,
+                                                      int64_t cols, kernels::WeightFormat format,
+                                                      bool is_auto) {
+  std::vector<kernels::PackedWeight> out;
+  bool apart = false;
+  if (is_auto) {
+    for (const auto& p : parts) {
+      apart = apart || p.dtype != parts[0].dtype;
+    }
+    for (const auto& p : parts) {
+      apart = apart && kernels::native_weight_format(p.dtype).has_value();
+    }
+  }
+  if (!apart) {
+    ASSIGN_OR_RETURN(kernels::PackedWeight w, pack_rows(parts, cols, format, is_auto));
+    out.push_back(std::move(w));
+    return out;
+  }
+  for (const auto& p : parts) {
+    ASSIGN_OR_RETURN(kernels::PackedWeight w, pack_rows({p}, cols, format, is_auto));
+    out.push_back(std::move(w));
+  }
+  return out;
 }
 
 template <typename T>
@@ -135,7 +164,7 @@ Status Transformer::load_weights(const TransformerOptions& options) {
                                                   {kv_dim, hidden}));
     ASSIGN_OR_RETURN(TensorView v, require_tensor(src, layer_name(l, "self_attn.v_proj.weight"),
                                                   {kv_dim, hidden}));
-    ASSIGN_OR_RETURN(layer.qkv, pack_rows({q, k, v}, hidden, format_, is_auto));
+    ASSIGN_OR_RETURN(layer.qkv, pack_parts({q, k, v}, hidden, format_, is_auto));
     if (c.has_qkv_bias) {
       ASSIGN_OR_RETURN(auto qb, load_vector(src, layer_name(l, "self_attn.q_proj.bias"), q_dim));
       ASSIGN_OR_RETURN(auto kb, load_vector(src, layer_name(l, "self_attn.k_proj.bias"), kv_dim));
@@ -161,7 +190,7 @@ Status Transformer::load_weights(const TransformerOptions& options) {
     ASSIGN_OR_RETURN(TensorView down,
                      require_tensor(src, layer_name(l, "mlp.down_proj.weight"), {hidden, inter}));
     ASSIGN_OR_RETURN(layer.down, pack_rows({down}, inter, format_, is_auto));
-    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+    for (const kernels::PackedWeight* w : layer.matrices()) {
       num_weight_bytes_ += w->num_bytes();
       num_weight_params_ += w->rows() * w->cols();
     }
@@ -243,6 +272,17 @@ void mix_matrix(Fingerprint& f, const kernels::PackedWeight& w) {
 
 }  // namespace
 
+std::vector<const kernels::PackedWeight*> Transformer::Layer::matrices() const {
+  std::vector<const kernels::PackedWeight*> all;
+  for (const kernels::PackedWeight& w : qkv) {
+    all.push_back(&w);
+  }
+  all.push_back(&o);
+  all.push_back(&gate_up);
+  all.push_back(&down);
+  return all;
+}
+
 uint64_t Transformer::compute_weights_fingerprint() const {
   Fingerprint f;
   for (const Layer& layer : layers_) {
@@ -250,7 +290,7 @@ uint64_t Transformer::compute_weights_fingerprint() const {
                                         &layer.q_norm, &layer.k_norm, &layer.qkv_bias}) {
       f.floats(*v);
     }
-    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+    for (const kernels::PackedWeight* w : layer.matrices()) {
       mix_matrix(f, *w);
     }
   }
@@ -291,8 +331,9 @@ std::vector<std::pair<int64_t, kernels::WeightFormat>> Transformer::matrix_forma
     shares.emplace_back(w.num_bytes(), w.format());
   };
   for (const Layer& layer : layers_) {
-    for (const kernels::PackedWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down})
+    for (const kernels::PackedWeight* w : layer.matrices()) {
       add(*w);
+    }
   }
   add(lm_head_);
   std::sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a > b; });
@@ -432,14 +473,24 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x, layer.input_norm.data(), num_rows, hidden, eps, h);
-    kernels::matmul(h, num_rows, layer.qkv,
-                    layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(), qkv, pool_);
-    for (int64_t r = 0; r < num_rows; ++r) {
-      const float* src = qkv + r * qkv_dim;
-      std::memcpy(q + r * q_dim, src, static_cast<size_t>(q_dim) * sizeof(float));
-      std::memcpy(k + r * kv_dim, src + q_dim, static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(v + r * kv_dim, src + q_dim + kv_dim,
-                  static_cast<size_t>(kv_dim) * sizeof(float));
+    const float* qkv_bias = layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data();
+    if (layer.qkv.size() == 1) {
+      kernels::matmul(h, num_rows, layer.qkv[0], qkv_bias, qkv, pool_);
+      for (int64_t r = 0; r < num_rows; ++r) {
+        const float* src = qkv + r * qkv_dim;
+        std::memcpy(q + r * q_dim, src, static_cast<size_t>(q_dim) * sizeof(float));
+        std::memcpy(k + r * kv_dim, src + q_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+        std::memcpy(v + r * kv_dim, src + q_dim + kv_dim,
+                    static_cast<size_t>(kv_dim) * sizeof(float));
+      }
+    } else {
+      // Apart, each writes its own contiguous array directly.
+      const int64_t bias_at[3] = {0, q_dim, q_dim + kv_dim};
+      float* outs[3] = {q, k, v};
+      for (size_t i = 0; i < 3; ++i) {
+        kernels::matmul(h, num_rows, layer.qkv[i], qkv_bias ? qkv_bias + bias_at[i] : nullptr,
+                        outs[i], pool_);
+      }
     }
     if (!layer.q_norm.empty()) {
       kernels::rms_norm(q, layer.q_norm.data(), num_rows * num_heads, c.head_dim, eps, q);

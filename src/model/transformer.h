@@ -87,11 +87,19 @@ class Transformer {
     std::vector<float> post_attention_norm;
     std::vector<float> q_norm;  // Qwen3 only
     std::vector<float> k_norm;
-    kernels::PackedWeight qkv;  // rows: q heads, then k heads, then v heads
-    std::vector<float> qkv_bias;
+    // One matrix whose rows are q heads, then k heads, then v heads; or q, k and v apart when a
+    // GGUF file stores them in different block types (Q4_K_M: Q4_K q / k, Q6_K v in some
+    // layers), each computed in its own type rather than requantised to a common one.
+    std::vector<kernels::PackedWeight> qkv;
+    std::vector<float> qkv_bias;  // q, k, v
     kernels::PackedWeight o;
-    kernels::PackedWeight gate_up;  // rows: gate, then up
+    // rows: gate, then up (llama-quantize's mixes type the two alike: parts of different types
+    // are computed in the wider one)
+    kernels::PackedWeight gate_up;
     kernels::PackedWeight down;
+
+    // Every matrix of the layer, in a fixed order.
+    [[nodiscard]] std::vector<const kernels::PackedWeight*> matrices() const;
   };
 
   Transformer(ModelFiles files, ThreadPool& pool);

@@ -153,6 +153,34 @@ TEST_P(GgufQuantEngineTest, LoadsGeneratesAndStaysCloseToF32) {
         << quant->model->weight_format_name();
   }
   EXPECT_LT(quant->model->num_weight_bytes(), f32->model->num_weight_bytes() / 3);
+  {
+    // Each matrix is computed in the file's own block type, so the packed matrices hold exactly
+    // the file's matrix bytes (in panels of 16 rows, each padded to 64 bytes: docs/kernels.md):
+    // q / k / v or gate / up in different types (Q4_K_M's Q4_K q / k with a Q6_K v in some
+    // layers) stay apart instead of being requantised to the wider type.
+    auto gguf = model::GgufFile::open(dir + "/model.gguf");
+    ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+    int64_t matrix_bytes = 0;
+    int64_t embedding_bytes = 0;
+    bool has_output = false;
+    for (const model::GgufTensorInfo& info : (*gguf)->tensor_infos()) {
+      if (info.dims.size() != 2)
+        continue;
+      const int64_t rows = info.dims[1];
+      ASSERT_EQ(rows % 16, 0) << info.name;  // so that fusing parts adds no padding
+      const int64_t panel_bytes = (info.num_bytes / rows * 16 + 63) / 64 * 64;
+      const int64_t packed = rows / 16 * panel_bytes;
+      if (info.name == "token_embd.weight") {
+        embedding_bytes = packed;
+        continue;
+      }
+      has_output = has_output || info.name == "output.weight";
+      matrix_bytes += packed;
+    }
+    // A tied lm_head is the embedding, packed once more.
+    EXPECT_EQ(quant->model->num_weight_bytes(), matrix_bytes + (has_output ? 0 : embedding_bytes))
+        << quant->model->weight_format_name();
+  }
 
   const Agreement vs_f32 = compare(*f32, *quant);
   const Agreement vs_dequant = compare(*dequant, *quant);
