@@ -49,6 +49,7 @@ void gemv_k4_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
   __m512 acc[T];
   first_tokens<T>(a, t0, num_blocks, x, acc);
   for (int64_t b = 0; b < num_blocks; ++b, g += kL.group_bytes) {
+    prefetch_ahead_of(g, kL.group_bytes);
     K4ScalesX16 s;
     decode_k4_scales_x16(g + kL.scales, &s);
     __m512i sumi[T];
@@ -117,6 +118,7 @@ void gemv_g16_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
   __m512 acc[T];
   first_tokens<T>(a, t0, num_blocks, x, acc);
   for (int64_t b = 0; b < num_blocks; ++b, g += kL.group_bytes) {
+    prefetch_ahead_of(g, kL.group_bytes);
     const G16ScalesX16<Block> s(g);
     __m512i sumi[T];
     for (int t = 0; t < T; ++t) {

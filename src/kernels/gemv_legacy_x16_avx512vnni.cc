@@ -39,6 +39,7 @@ void gemv_panel(const MatmulArgs& a, int64_t panel, int64_t t0) {
     acc[t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < num_blocks; ++b, p += L::kGroupBytes) {
+    prefetch_ahead_of(p, L::kGroupBytes);
     __m512i u[8];
     unpack_x16_group<Block>(p, levels, u);
     const __m512 d = load_x16_f16s(p + L::kDOffset);

@@ -140,6 +140,7 @@ void q8_block(const MatmulArgs& a, int64_t panel0, int64_t t0) {
     for (int i = 0; i < P; ++i) {
       scales[i] = panels[i] + q8_scales_offset(b);
       quants[i] = reinterpret_cast<const uint8_t*>(panels[i] + q8_quants_offset(b));
+      prefetch_ahead_of(panels[i] + b * (kQ8PairBytes / 2), kQ8PairBytes / 2);
     }
     __m512i dots[P][T];
 #pragma GCC unroll 4
