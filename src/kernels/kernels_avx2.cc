@@ -127,6 +127,7 @@ void q8_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
   }
   for (int64_t b = 0; b < num_blocks; ++b) {
     const auto* quants = reinterpret_cast<const uint8_t*>(pan + q8_quants_offset(b));
+    prefetch_ahead_of(pan + b * (kQ8PairBytes / 2), kQ8PairBytes / 2);
     __m256i dots[2][T];
     for (auto& half : dots) {
       for (__m256i& v : half) {

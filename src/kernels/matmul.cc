@@ -116,6 +116,7 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
                    static_cast<int>(r % kPanelRows), file_row.data());
     } else {
       row = w.panel(r / kPanelRows) + (r % kPanelRows) * w.row_bytes();
+      internal::prefetch_ahead_of(row, w.row_bytes());
     }
     const float bias = a.bias != nullptr ? a.bias[r] : 0.0f;
     for (int64_t t0 = 0; t0 < a.num_tokens; t0 += internal::kMaxDotTokens) {
