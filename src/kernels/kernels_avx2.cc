@@ -58,6 +58,7 @@ void f32_block(const MatmulArgs& a, int64_t panel, int64_t t0) {
   for (int64_t k2 = 0; k2 < num_pairs; ++k2) {
     __m256 w_even[2];
     __m256 w_odd[2];
+    prefetch_ahead_of(pan + k2 * (kBf16 ? 64 : 128), kBf16 ? 64 : 128);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       if constexpr (kBf16) {
