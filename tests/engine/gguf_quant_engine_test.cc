@@ -164,8 +164,9 @@ TEST_P(GgufQuantEngineTest, LoadsGeneratesAndStaysCloseToF32) {
     int64_t embedding_bytes = 0;
     bool has_output = false;
     for (const model::GgufTensorInfo& info : (*gguf)->tensor_infos()) {
-      if (info.dims.size() != 2)
+      if (info.dims.size() != 2) {
         continue;
+      }
       const int64_t rows = info.dims[1];
       ASSERT_EQ(rows % 16, 0) << info.name;  // so that fusing parts adds no padding
       const int64_t panel_bytes = (info.num_bytes / rows * 16 + 63) / 64 * 64;
