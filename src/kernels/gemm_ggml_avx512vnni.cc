@@ -350,19 +350,23 @@ void unpack_kquant_x16_panel(const PackedWeight& w, int64_t panel, const Unpacke
         }
       }
       const G16ScalesX16<Block> s(g);
-      for (int64_t i = 0; i < 16; ++i) {
-        __m512i sc;
-        __m512 offset = _mm512_setzero_ps();
-        if constexpr (std::is_same_v<Block, BlockQ2_K>) {
-          __m512i m;
-          s.scale_and_min(i, &sc, &m);
-          const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin));
-          offset = _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(m));
-        } else {
-          sc = s.scale(i);
-        }
+      const auto store_group = [&](int64_t i, __m512i sc, __m512 offset) {
         _mm512_storeu_ps(out.scale + (16 * b + i) * kR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
         _mm512_storeu_ps(out.offset + (16 * b + i) * kR, offset);
+      };
+      if constexpr (std::is_same_v<Block, BlockQ2_K>) {
+        // Loaded once: the stores to `out` may alias `g`, so the compiler cannot hoist it.
+        const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(g + kL.dmin));
+        for (int64_t i = 0; i < 16; ++i) {
+          __m512i sc;
+          __m512i m;
+          s.scale_and_min(i, &sc, &m);
+          store_group(i, sc, _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(m)));
+        }
+      } else {
+        for (int64_t i = 0; i < 16; ++i) {
+          store_group(i, s.scale(i), _mm512_setzero_ps());
+        }
       }
     }
   }

@@ -93,15 +93,12 @@ Result<std::vector<kernels::PackedWeight>> pack_parts(const std::vector<TensorVi
                                                       int64_t cols, kernels::WeightFormat format,
                                                       bool is_auto) {
   std::vector<kernels::PackedWeight> out;
-  bool apart = false;
-  if (is_auto) {
-    for (const auto& p : parts) {
-      apart = apart || p.dtype != parts[0].dtype;
-    }
-    for (const auto& p : parts) {
-      apart = apart && kernels::native_weight_format(p.dtype).has_value();
-    }
-  }
+  const bool apart = is_auto &&
+                     std::any_of(parts.begin(), parts.end(),
+                                 [&](const TensorView& p) { return p.dtype != parts[0].dtype; }) &&
+                     std::all_of(parts.begin(), parts.end(), [](const TensorView& p) {
+                       return kernels::native_weight_format(p.dtype).has_value();
+                     });
   if (!apart) {
     ASSIGN_OR_RETURN(kernels::PackedWeight w, pack_rows(parts, cols, format, is_auto));
     out.push_back(std::move(w));
@@ -436,7 +433,6 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
 
   float* x = grow(x_, num_rows * hidden);
   float* h = grow(h_, num_rows * hidden);
-  float* qkv = grow(qkv_, num_rows * qkv_dim);
   // q_ holds q, then k, then v, each contiguous over rows (the layouts rope/write_kv want).
   float* q = grow(q_, num_rows * qkv_dim);
   float* k = q + num_rows * q_dim;
@@ -475,6 +471,7 @@ Status Transformer::forward(std::span<const ForwardSeq> batch, const kernels::Kv
     kernels::rms_norm(x, layer.input_norm.data(), num_rows, hidden, eps, h);
     const float* qkv_bias = layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data();
     if (layer.qkv.size() == 1) {
+      float* qkv = grow(qkv_, num_rows * qkv_dim);  // only fused layers need it
       kernels::matmul(h, num_rows, layer.qkv[0], qkv_bias, qkv, pool_);
       for (int64_t r = 0; r < num_rows; ++r) {
         const float* src = qkv + r * qkv_dim;

@@ -156,8 +156,9 @@ TEST_P(GgufQuantEngineTest, LoadsGeneratesAndStaysCloseToF32) {
   {
     // Each matrix is computed in the file's own block type, so the packed matrices hold exactly
     // the file's matrix bytes (in panels of 16 rows, each padded to 64 bytes: docs/kernels.md):
-    // q / k / v or gate / up in different types (Q4_K_M's Q4_K q / k with a Q6_K v in some
-    // layers) stay apart instead of being requantised to the wider type.
+    // q / k / v in different types (Q4_K_M's Q4_K q / k with a Q6_K v in some layers) stay
+    // apart instead of being requantised to the wider type. gate / up stay one matrix, which
+    // holds the file's bytes because llama-quantize gives them one type.
     auto gguf = model::GgufFile::open(dir + "/model.gguf");
     ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
     int64_t matrix_bytes = 0;
