@@ -82,6 +82,13 @@ double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
                                 : table.peak_fma_flops);
 }
 
+WeightFormat gemm_peak_format(WeightFormat weights) {
+  const internal::KernelTable& table = internal::kernel_table(active_isa());
+  const bool dot = weights == WeightFormat::kBF16 && table.gemm_bf16_dot != nullptr &&
+                   (bf16_gemm_uses_dot() || table.gemm_bf16_fma == nullptr);
+  return dot ? WeightFormat::kBF16 : WeightFormat::kF32;
+}
+
 double measure_peak_int8_gops(ThreadPool& pool) {
   const internal::KernelTable& table = internal::kernel_table(detected_isa());
   return table.peak_int8_ops != nullptr ? measure_peak(pool, table.peak_int8_ops) : 0.0;

@@ -46,6 +46,30 @@ Isa initial_active() {
   return *isa;
 }
 
+bool initial_bf16_gemm_uses_dot() {
+  bool use_dot = true;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  use_dot = !__builtin_cpu_is("intel");
+#endif
+  // Read once, in bf16_gemm_storage()'s static initialiser.
+  const char* env = std::getenv("CRESCENT_BF16_GEMM");  // NOLINT(concurrency-mt-unsafe)
+  if (env == nullptr || *env == '\0') {
+    return use_dot;
+  }
+  const std::string_view choice(env);
+  if (choice == "dot" || choice == "fma") {
+    return choice == "dot";
+  }
+  CRESCENT_LOG(kWarn) << "ignoring CRESCENT_BF16_GEMM=" << env << " (expected dot or fma)";
+  return use_dot;
+}
+
+std::atomic<bool>& bf16_gemm_storage() {
+  static std::atomic<bool> use_dot{initial_bf16_gemm_uses_dot()};
+  return use_dot;
+}
+
 std::atomic<Isa>& active_storage() {
   static std::atomic<Isa> active{initial_active()};
   return active;
@@ -69,6 +93,14 @@ Status set_active_isa(Isa isa) {
   }
   active_storage().store(isa, std::memory_order_relaxed);
   return Status::ok();
+}
+
+bool bf16_gemm_uses_dot() {
+  return bf16_gemm_storage().load(std::memory_order_relaxed);
+}
+
+void set_bf16_gemm_uses_dot(bool use_dot) {
+  bf16_gemm_storage().store(use_dot, std::memory_order_relaxed);
 }
 
 std::string_view isa_name(Isa isa) {

@@ -24,4 +24,13 @@ std::string_view isa_name(Isa isa);
 // Parses "portable", "avx2", "avx512" or "avx512bf16".
 Result<Isa> parse_isa(std::string_view name);
 
+// Which prefill GEMM BF16 weights get where both exist (avx512bf16): true = vdpbf16ps (the
+// activations rounded to BF16), false = f32 FMAs on the weights widened in registers (the
+// activations exact). By default false on Intel CPUs, whose vdpbf16ps (Sapphire / Emerald
+// Rapids) does its 32 multiply-adds at half the FMA's instruction rate, so FMAs do more work a
+// cycle; true elsewhere (AMD's Zen 4 / 5 run it at the FMA's rate: twice its work). See
+// docs/kernels.md. CRESCENT_BF16_GEMM=dot|fma or set_bf16_gemm_uses_dot() overrides.
+bool bf16_gemm_uses_dot();
+void set_bf16_gemm_uses_dot(bool use_dot);
+
 }  // namespace crescent::kernels

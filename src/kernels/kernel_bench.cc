@@ -211,12 +211,12 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
       const double gflops = 2.0 * nt * s.rows * s.cols / sec / 1e9;
       // The quantised formats run on int8 dot products (GOP/s against the vpdpbusd peak).
       const bool quantised = format != WeightFormat::kBF16 && format != WeightFormat::kF32;
-      const double peak = quantised                       ? peak_int8
-                          : format == WeightFormat::kBF16 ? peak_bf16
-                                                          : peak_f32;
-      const char* peak_name = quantised                       ? " (of int8 peak)"
-                              : format == WeightFormat::kBF16 ? " (of bf16 peak)"
-                                                              : " (of f32 peak)";
+      // BF16 against the peak of what its GEMM multiplies with (vdpbf16ps or FMA).
+      const bool bf16_dot = !quantised && gemm_peak_format(format) == WeightFormat::kBF16;
+      const double peak = quantised ? peak_int8 : bf16_dot ? peak_bf16 : peak_f32;
+      const char* peak_name = quantised  ? " (of int8 peak)"
+                              : bf16_dot ? " (of bf16 peak)"
+                                         : " (of f32 peak)";
       char name[64];
       std::snprintf(name, sizeof(name), "%s %lldx%lld %s", s.name, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols),

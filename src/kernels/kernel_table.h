@@ -26,6 +26,9 @@ struct MatmulArgs {
   // BF16 pairs (lo = even column) in GEMM order: [token block][pair][kBf16GemmTokens], the
   // tokens past num_tokens zero, so the microkernel broadcasts from one moving pointer.
   const uint32_t* x_bf16 = nullptr;
+  // f32 in the FMA GEMM's order: [token block][padded column][kF32GemmTokens], the tokens past
+  // num_tokens zero.
+  const float* x_blocked = nullptr;
   const int8_t* xq = nullptr;       // [num_tokens][padded_cols] Q8_0 quants
   const float* x_scale = nullptr;   // [num_tokens][padded_cols / 32] Q8_0 scales
   const int32_t* x_sum = nullptr;   // [num_tokens][padded_cols / 32] sum of the quants per block
@@ -46,6 +49,8 @@ struct MatmulArgs {
 };
 // Tokens per BF16 GEMM microkernel call (2 panels x 12 tokens = 24 zmm accumulators).
 constexpr int64_t kBf16GemmTokens = 12;
+// Tokens per FMA GEMM microkernel call (2 panels x 8 tokens = 16 zmm accumulators).
+constexpr int64_t kF32GemmTokens = 8;
 
 constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 
@@ -59,7 +64,11 @@ struct KernelTable {
   MatmulPanelsFn matmul_f32 = nullptr;     // F32 weights, f32 math
   MatmulPanelsFn matmul_bf16 = nullptr;    // BF16 weights widened to f32, f32 math
   MatmulPanelsFn gemm_bf16_dot = nullptr;  // BF16 weights x BF16 activations, f32 accumulate
-  MatmulPanelsFn matmul_q8 = nullptr;      // Q8_0 weights x Q8_0 activations, int32 block dots
+  // Many tokens, f32 FMAs over x_blocked: F32 weights, and BF16 weights widened in registers
+  // (used where bf16_gemm_uses_dot() says no or gemm_bf16_dot is null).
+  MatmulPanelsFn gemm_f32 = nullptr;
+  MatmulPanelsFn gemm_bf16_fma = nullptr;
+  MatmulPanelsFn matmul_q8 = nullptr;  // Q8_0 weights x Q8_0 activations, int32 block dots
   // ggml block types (indexed by DType) x their activation partner, int32 block dots.
   RowDotFn row_dot[kNumDTypes] = {};
   // ggml block types other than Q8_0, many tokens: panels unpacked once per call (gemm_ggml_*.cc).
@@ -125,6 +134,7 @@ void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);
 void fill_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
+void fill_gemm_f32_avx512(KernelTable* table);
 // The ggml block types' row dots (quant_dot_<isa>.cc).
 void fill_quant_portable(KernelTable* table);
 void fill_quant_avx2(KernelTable* table);

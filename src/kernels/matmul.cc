@@ -544,14 +544,38 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
     args.x = x_padded.data();
   };
 
+  // The FMA GEMM's order: [token block][column][kTb], zero past cols and num_tokens.
+  std::vector<float> x_blocked;
+  auto block_x = [&] {
+    constexpr int64_t kTb = internal::kF32GemmTokens;
+    const int64_t num_token_blocks = (num_tokens + kTb - 1) / kTb;
+    x_blocked.assign(num_token_blocks * kp * kTb, 0.0f);
+    pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* xt = x + t * cols;
+        float* dst = &x_blocked[(t / kTb) * kp * kTb + t % kTb];
+        for (int64_t c = 0; c < cols; ++c) {
+          dst[c * kTb] = xt[c];
+        }
+      }
+    });
+    args.x_blocked = x_blocked.data();
+  };
+
   internal::MatmulPanelsFn fn = nullptr;
   switch (w.format()) {
     case WeightFormat::kF32:
-      pad_x();
-      fn = table.matmul_f32;
+      if (table.gemm_f32 != nullptr && num_tokens >= kGemmMinTokens) {
+        block_x();
+        fn = table.gemm_f32;
+      } else {
+        pad_x();
+        fn = table.matmul_f32;
+      }
       break;
     case WeightFormat::kBF16:
-      if (table.gemm_bf16_dot != nullptr && num_tokens >= kGemmMinTokens) {
+      if (table.gemm_bf16_dot != nullptr && num_tokens >= kGemmMinTokens &&
+          (bf16_gemm_uses_dot() || table.gemm_bf16_fma == nullptr)) {
         const int64_t num_pairs = kp / 2;
         constexpr int64_t kTb = internal::kBf16GemmTokens;
         const int64_t num_token_blocks = (num_tokens + kTb - 1) / kTb;
@@ -569,6 +593,9 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         });
         args.x_bf16 = x_bf16.data();
         fn = table.gemm_bf16_dot;
+      } else if (table.gemm_bf16_fma != nullptr && num_tokens >= kGemmMinTokens) {
+        block_x();
+        fn = table.gemm_bf16_fma;
       } else {
         pad_x();
         fn = table.matmul_bf16;

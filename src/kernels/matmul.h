@@ -121,8 +121,8 @@ std::vector<float> unpack_weight(const PackedWeight& w);
 void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const float* bias, float* y,
             ThreadPool& pool);
 
-// Fewer tokens than this use the GEMV path (weights streamed once, f32 math) even where a
-// BF16 dot-product GEMM exists.
+// Fewer tokens than this use the GEMV path (weights streamed once, f32 math) even where an F32 /
+// BF16 GEMM exists.
 constexpr int64_t kGemmMinTokens = 4;
 
 }  // namespace crescent::kernels

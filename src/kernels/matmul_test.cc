@@ -17,12 +17,49 @@ using testing::available_isas;
 using testing::random_floats;
 using testing::ScopedIsa;
 
+// A kernel path: an ISA and, for avx512bf16, which BF16 GEMM (bf16_gemm_uses_dot).
+struct Path {
+  Isa isa;
+  bool bf16_dot;
+  [[nodiscard]] std::string name() const {
+    return std::string(isa_name(isa)) + (isa == Isa::kAvx512Bf16 && !bf16_dot ? "/fma" : "");
+  }
+};
+
+// Every ISA this CPU has, avx512bf16 with each BF16 GEMM.
+std::vector<Path> available_paths() {
+  std::vector<Path> paths;
+  for (Isa isa : available_isas()) {
+    paths.push_back({isa, true});
+    if (isa == Isa::kAvx512Bf16) {
+      paths.push_back({isa, false});
+    }
+  }
+  return paths;
+}
+
+// Selects a path for a test scope and restores the previous one.
+class ScopedPath {
+ public:
+  explicit ScopedPath(const Path& path) : isa_(path.isa), saved_dot_(bf16_gemm_uses_dot()) {
+    set_bf16_gemm_uses_dot(path.bf16_dot);
+  }
+  ~ScopedPath() { set_bf16_gemm_uses_dot(saved_dot_); }
+  ScopedPath(const ScopedPath&) = delete;
+  ScopedPath& operator=(const ScopedPath&) = delete;
+
+ private:
+  ScopedIsa isa_;
+  bool saved_dot_;
+};
+
 // The activations the active path actually multiplies with: x itself for f32 math, x rounded
 // to BF16 for the vdpbf16ps GEMM, x quantised to Q8_0 for Q8_0 weights.
 std::vector<float> effective_x(const std::vector<float>& x, int64_t num_tokens, int64_t cols,
-                               WeightFormat format, Isa isa) {
+                               WeightFormat format, const Path& path) {
   std::vector<float> out = x;
-  if (format == WeightFormat::kBF16 && isa == Isa::kAvx512Bf16 && num_tokens >= kGemmMinTokens) {
+  if (format == WeightFormat::kBF16 && path.isa == Isa::kAvx512Bf16 && path.bf16_dot &&
+      num_tokens >= kGemmMinTokens) {
     for (float& v : out)
       v = bf16_to_float(float_to_bf16(v));
   } else if (format == WeightFormat::kQ8_0) {
@@ -80,16 +117,16 @@ TEST(MatmulTest, EveryIsaMatchesNaiveReferenceOnOddShapes) {
       const auto bias = random_floats(s.rows, seed++);
       for (int64_t nt : token_counts) {
         const auto x = random_floats(nt * s.cols, seed++);
-        for (Isa isa : available_isas()) {
-          ScopedIsa scoped(isa);
+        for (const Path& path : available_paths()) {
+          ScopedPath scoped(path);
           std::vector<float> y(nt * s.rows, -7.0f);
           const bool with_bias = nt % 2 == 1;
           matmul(x.data(), nt, *packed, with_bias ? bias.data() : nullptr, y.data(), pool);
-          const std::string what = std::string(weight_format_name(format)) + " " +
-                                   std::string(isa_name(isa)) + " " + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + " tokens=" + std::to_string(nt);
+          const std::string what = std::string(weight_format_name(format)) + " " + path.name() +
+                                   " " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                                   " tokens=" + std::to_string(nt);
           // Exact inputs of the path: only f32 rounding of the sums is left.
-          const auto xe = effective_x(x, nt, s.cols, format, isa);
+          const auto xe = effective_x(x, nt, s.cols, format, path);
           expect_matches_naive(y, w, xe, with_bias ? bias : std::vector<float>{}, nt, s.rows,
                                s.cols, 2e-6 * std::sqrt(static_cast<double>(s.cols)) + 1e-6, what);
           // Against the true activations: BF16 rounding is 2^-9 relative per product; Q8_0
@@ -121,17 +158,16 @@ TEST(MatmulTest, LargeShapesAgreeAcrossIsasAndThreadCounts) {
       const std::vector<float> w = unpack_weight(*packed);
       for (int64_t nt : {1, 29}) {
         const auto x = random_floats(nt * s.cols, seed++);
-        for (Isa isa : available_isas()) {
-          ScopedIsa scoped(isa);
+        for (const Path& path : available_paths()) {
+          ScopedPath scoped(path);
           std::vector<float> y1(nt * s.rows), y2(nt * s.rows);
           matmul(x.data(), nt, *packed, nullptr, y1.data(), one);
           matmul(x.data(), nt, *packed, nullptr, y2.data(), two);
           ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
-              << "thread count changed the result: " << isa_name(isa);
-          const auto xe = effective_x(x, nt, s.cols, format, isa);
-          expect_matches_naive(
-              y2, w, xe, {}, nt, s.rows, s.cols, 2e-5,
-              std::string(weight_format_name(format)) + " " + std::string(isa_name(isa)));
+              << "thread count changed the result: " << path.name();
+          const auto xe = effective_x(x, nt, s.cols, format, path);
+          expect_matches_naive(y2, w, xe, {}, nt, s.rows, s.cols, 2e-5,
+                               std::string(weight_format_name(format)) + " " + path.name());
         }
       }
     }
@@ -160,7 +196,7 @@ TEST(MatmulTest, Q8WeightsOfMinus128StayExactOnEveryIsa) {
       ScopedIsa scoped(isa);
       std::vector<float> y(nt * rows, -7.0f);
       matmul(x.data(), nt, *packed, nullptr, y.data(), pool);
-      const auto xe = effective_x(x, nt, cols, WeightFormat::kQ8_0, isa);
+      const auto xe = effective_x(x, nt, cols, WeightFormat::kQ8_0, {isa, true});
       expect_matches_naive(y, w, xe, {}, nt, rows, cols, 1e-5,
                            std::string(isa_name(isa)) + " tokens=" + std::to_string(nt));
     }
