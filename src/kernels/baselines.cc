@@ -76,7 +76,7 @@ double measure_peak(ThreadPool& pool, double (*fn)(int64_t)) {
 }  // namespace
 
 double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
-  const internal::KernelTable& table = internal::kernel_table(detected_isa());
+  const internal::KernelTable& table = internal::kernel_table(active_isa());
   return measure_peak(pool, (format == WeightFormat::kBF16 && table.peak_bf16_flops != nullptr)
                                 ? table.peak_bf16_flops
                                 : table.peak_fma_flops);
@@ -90,7 +90,7 @@ WeightFormat gemm_peak_format(WeightFormat weights) {
 }
 
 double measure_peak_int8_gops(ThreadPool& pool) {
-  const internal::KernelTable& table = internal::kernel_table(detected_isa());
+  const internal::KernelTable& table = internal::kernel_table(active_isa());
   return table.peak_int8_ops != nullptr ? measure_peak(pool, table.peak_int8_ops) : 0.0;
 }
 

@@ -23,16 +23,16 @@ enum class ReadPages { kLikeWeights, kDefaultHeap };
 double measure_read_gbps(ThreadPool& pool, int64_t num_bytes = int64_t{256} << 20,
                          ReadPages pages = ReadPages::kLikeWeights);
 
-// Register-only multiply-add loop on every pool thread: vdpbf16ps for kBF16 where the CPU has
-// AVX512-BF16, otherwise FP32 FMA at the widest width the CPU has. 2 flops per multiply-add.
+// Register-only multiply-add loop on every pool thread: vdpbf16ps for kBF16 where the active ISA
+// has AVX512-BF16, otherwise FP32 FMA at the active ISA's width. 2 flops per multiply-add.
 double measure_peak_gflops(ThreadPool& pool, WeightFormat format);
 // The format whose peak judges a prefill GEMM on `weights` (F32 or BF16): kBF16 where BF16
 // weights multiply on vdpbf16ps (AVX512-BF16 and bf16_gemm_uses_dot()), otherwise kF32: the
 // F32 / BF16 FMA GEMM and the f32 math of lower ISAs.
 WeightFormat gemm_peak_format(WeightFormat weights);
 
-// The same for int8 dot products (vpdpbusd, what the quantised GEMMs run on); 0 when the CPU
-// has no AVX512-VNNI. 2 ops per multiply-add.
+// The same for int8 dot products (vpdpbusd, what the quantised GEMMs run on); 0 when the active
+// ISA has no AVX512-VNNI. 2 ops per multiply-add.
 double measure_peak_int8_gops(ThreadPool& pool);
 
 }  // namespace crescent::kernels

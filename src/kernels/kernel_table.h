@@ -134,6 +134,7 @@ void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);
 void fill_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
+void fill_gemm_f32_avx2(KernelTable* table);
 void fill_gemm_f32_avx512(KernelTable* table);
 // The ggml block types' row dots (quant_dot_<isa>.cc).
 void fill_quant_portable(KernelTable* table);
