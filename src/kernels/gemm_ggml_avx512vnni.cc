@@ -499,22 +499,12 @@ void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) 
   }
 }
 
-// S values per weight scale group, A per activation block.
-// unpack_x16: the unpacking for x16 weights (null for the types without an x16 layout).
-template <int S, int A, int kBias, bool kHasMin>
-void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack,
-                 UnpackX16PanelFn unpack_x16 = nullptr) {
+// S values per weight scale group, A per activation block; unpack_one(p, out) unpacks panel p.
+template <int S, int A, int kBias, bool kHasMin, typename Unpack>
+void gemm_unpacked(const MatmulArgs& a, int64_t pb, int64_t pe, const Unpack& unpack_one) {
   thread_local Scratch scratch;
   scratch.reserve(a.w->padded_cols(), S);
   const UnpackedPanel pan[2] = {scratch.panel(0), scratch.panel(1)};
-  const auto unpack_one = [&](int64_t p, const UnpackedPanel& out) {
-    if (a.w->is_x16()) {
-      CRESCENT_CHECK(unpack_x16 != nullptr);
-      unpack_x16(*a.w, p, out);
-    } else {
-      unpack_panel(*a.w, p, S, unpack, out);
-    }
-  };
   for (int64_t p = pb; p < pe; p += 2) {
     const bool two = p + 1 < pe;
     unpack_one(p, pan[0]);
@@ -527,10 +517,46 @@ void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack
   }
 }
 
+// The ggml types' panels: unpack_x16 for x16 weights (null for the types without an x16 layout).
+template <int S, int A, int kBias, bool kHasMin>
+void gemm_panels(const MatmulArgs& a, int64_t pb, int64_t pe, UnpackRowFn unpack,
+                 UnpackX16PanelFn unpack_x16 = nullptr) {
+  gemm_unpacked<S, A, kBias, kHasMin>(a, pb, pe, [&](int64_t p, const UnpackedPanel& out) {
+    if (a.w->is_x16()) {
+      CRESCENT_CHECK(unpack_x16 != nullptr);
+      unpack_x16(*a.w, p, out);
+    } else {
+      unpack_panel(*a.w, p, S, unpack, out);
+    }
+  });
+}
+
+// A Q8_0 panel (kernel_table.h's layout) holds its quants as the unpacked panel does (u8 = q +
+// 128, 512 bytes a block in vpdpbusd's order), but in block pairs behind their f16 scales: the
+// blocks are copied out of their pairs and the scales widened. (The tile could read them in
+// place with a stride per block pair; the copy is one pass over the weight per matmul, which
+// kQ8GemmMinTokens tokens of work repay.)
+void unpack_q8_0_panel(const PackedWeight& w, int64_t panel, const UnpackedPanel& out) {
+  const std::byte* p = w.panel(panel);
+  for (int64_t b = 0; b < w.padded_cols() / 32; ++b) {
+    std::memcpy(out.quants + b * kQ8BlockQuantBytes, p + q8_quants_offset(b), kQ8BlockQuantBytes);
+    const __m256i scales =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(p + q8_scales_offset(b)));
+    _mm512_storeu_ps(out.scale + b * kR, _mm512_cvtph_ps(scales));
+  }
+}
+
+void gemm_q8_0(const MatmulArgs& a, int64_t pb, int64_t pe) {
+  CRESCENT_CHECK(a.w->format() == WeightFormat::kQ8_0 && a.group_size == 32);
+  gemm_unpacked<32, 32, 128, false>(
+      a, pb, pe, [&](int64_t p, const UnpackedPanel& out) { unpack_q8_0_panel(*a.w, p, out); });
+}
+
 // The biases below are the ones prepare_group_acts (matmul.cc) folds into x_group_start.
 static_assert(ggml_gemm_bias(DType::kQ4_0) == 8 && ggml_gemm_bias(DType::kQ5_0) == 16 &&
               ggml_gemm_bias(DType::kQ3_K) == 4 && ggml_gemm_bias(DType::kQ6_K) == 32 &&
-              ggml_gemm_bias(DType::kIQ4_NL) == 128);
+              ggml_gemm_bias(DType::kIQ4_NL) == 128 && ggml_gemm_bias(DType::kQ8_0) == 128 &&
+              ggml_gemm_group_size(DType::kQ8_0) == 32);
 
 void gemm_ggml(const MatmulArgs& a, int64_t pb, int64_t pe) {
   CRESCENT_CHECK(a.group_size == ggml_gemm_group_size(*ggml_row_dtype(a.w->format())));
@@ -599,6 +625,7 @@ double peak_int8_ops(int64_t num_iters) {
 
 void fill_gemm_ggml_avx512vnni(KernelTable* t) {
   t->gemm_ggml = gemm_ggml;
+  t->gemm_q8 = gemm_q8_0;
   t->peak_int8_ops = peak_int8_ops;
 }
 

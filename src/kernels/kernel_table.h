@@ -69,6 +69,9 @@ struct KernelTable {
   MatmulPanelsFn gemm_f32 = nullptr;
   MatmulPanelsFn gemm_bf16_fma = nullptr;
   MatmulPanelsFn matmul_q8 = nullptr;  // Q8_0 weights x Q8_0 activations, int32 block dots
+  // The same for kQ8GemmMinTokens or more: the ggml GEMM's tile over unpacked panels, with the
+  // activations in its form (x_group_start, x_block_scale).
+  MatmulPanelsFn gemm_q8 = nullptr;
   // ggml block types (indexed by DType) x their activation partner, int32 block dots.
   RowDotFn row_dot[kNumDTypes] = {};
   // ggml block types other than Q8_0, many tokens: panels unpacked once per call (gemm_ggml_*.cc).
@@ -172,6 +175,7 @@ constexpr int ggml_gemm_bias(DType dtype) {
     case DType::kQ6_K:
       return 32;
     case DType::kIQ4_NL:
+    case DType::kQ8_0:  // the Q8_0 format's panels (kernel_table.h), not a ggml row type
       return 128;
     default:
       return 0;
@@ -185,6 +189,10 @@ constexpr int64_t kGgmlGemmMinTokens = 5;
 // the weight (5-8 tokens) still beat the GEMM's unpacked panels: Q4_K_M decode at batch 6 / 8,
 // 2 threads, 5-10% more tokens/s; at batch 16 (four passes) the GEMM wins by ~5-10%.
 constexpr int64_t kX16GemmMinTokens = 9;
+// Q8_0's GEMV kernel reads the panels as stored, with no unpacking to repay: the GEMM's tile
+// (gemm_q8) wins at 512 tokens (+20-30%, bench kernels), is within noise at 16-64 and behind at
+// 5-8.
+constexpr int64_t kQ8GemmMinTokens = 32;
 
 // Batch-1 decode reads each weight byte once, in order, and the hardware prefetchers alone held
 // the quantised GEMVs to ~22 GB/s on two threads of an Intel Xeon VM that streams ~30 with

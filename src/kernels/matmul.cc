@@ -618,6 +618,11 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       args.x_scale = x_scale.data();
       args.x_sum = x_sum.data();
       fn = table.matmul_q8;
+      if (table.gemm_q8 != nullptr && num_tokens >= internal::kQ8GemmMinTokens) {
+        prepare_group_acts(DType::kQ8_0, num_tokens, kp, pool, &args, &xq, &x_block_scale,
+                           &x_group_start, &x_group_sum);
+        fn = table.gemm_q8;
+      }
       break;
     }
     default: {

@@ -156,7 +156,8 @@ TEST(MatmulTest, LargeShapesAgreeAcrossIsasAndThreadCounts) {
       auto packed = pack_weight(w_src.data(), DType::kF32, s.rows, s.cols, format);
       ASSERT_TRUE(packed.is_ok());
       const std::vector<float> w = unpack_weight(*packed);
-      for (int64_t nt : {1, 29}) {
+      static_assert(internal::kQ8GemmMinTokens <= 37);  // so that Q8_0's GEMM runs here
+      for (int64_t nt : {1, 29, 37}) {
         const auto x = random_floats(nt * s.cols, seed++);
         for (const Path& path : available_paths()) {
           ScopedPath scoped(path);
