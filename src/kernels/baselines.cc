@@ -84,8 +84,7 @@ double measure_peak_gflops(ThreadPool& pool, WeightFormat format) {
 
 WeightFormat gemm_peak_format(WeightFormat weights) {
   const internal::KernelTable& table = internal::kernel_table(active_isa());
-  const bool dot = weights == WeightFormat::kBF16 && table.gemm_bf16_dot != nullptr &&
-                   (bf16_gemm_uses_dot() || table.gemm_bf16_fma == nullptr);
+  const bool dot = weights == WeightFormat::kBF16 && internal::runs_bf16_dot(table);
   return dot ? WeightFormat::kBF16 : WeightFormat::kF32;
 }
 

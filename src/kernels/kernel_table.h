@@ -125,6 +125,12 @@ struct KernelTable {
   double (*peak_int8_ops)(int64_t num_iters) = nullptr;    // vpdpbusd; null without VNNI
 };
 
+// Whether BF16 weights' GEMM runs on gemm_bf16_dot (vdpbf16ps) rather than gemm_bf16_fma: where
+// the table has it and bf16_gemm_uses_dot() says so, or where the table has no FMA GEMM.
+inline bool runs_bf16_dot(const KernelTable& t) {
+  return t.gemm_bf16_dot != nullptr && (bf16_gemm_uses_dot() || t.gemm_bf16_fma == nullptr);
+}
+
 // A stored element as f32: the scalar tails of the kernels over f32 or bf16 (uint16_t) data.
 inline float widen(float x) {
   return x;

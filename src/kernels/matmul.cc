@@ -574,8 +574,7 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       }
       break;
     case WeightFormat::kBF16:
-      if (table.gemm_bf16_dot != nullptr && num_tokens >= kGemmMinTokens &&
-          (bf16_gemm_uses_dot() || table.gemm_bf16_fma == nullptr)) {
+      if (internal::runs_bf16_dot(table) && num_tokens >= kGemmMinTokens) {
         const int64_t num_pairs = kp / 2;
         constexpr int64_t kTb = internal::kBf16GemmTokens;
         const int64_t num_token_blocks = (num_tokens + kTb - 1) / kTb;
