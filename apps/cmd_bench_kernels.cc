@@ -1,5 +1,5 @@
-// `crescent bench kernels`: GEMV and GEMM throughput of the CPU kernels against memcpy
-// bandwidth and peak multiply-add rate, measured in the same run (see docs/kernels.md).
+// `crescent bench kernels`: GEMV, GEMM and prefill attention throughput of the CPU kernels against
+// memcpy bandwidth and peak multiply-add rate, measured in the same run (see docs/kernels.md).
 
 #include <cstdio>
 
@@ -12,10 +12,12 @@ namespace {
 
 int run_bench_kernels(const std::vector<std::string>& args) {
   kernels::KernelBenchOptions o;
-  FlagParser flags("crescent bench kernels [--threads N] [--tokens N] [--types LIST] [--isa NAME]",
-                   "GEMV GB/s vs memcpy GB/s and GEMM GFLOP/s vs peak, Qwen2.5-0.5B shapes.");
+  FlagParser flags(
+      "crescent bench kernels [--threads N] [--tokens N] [--types LIST] [--isa NAME]",
+      "GEMV GB/s vs memcpy GB/s, GEMM and prefill attention GFLOP/s vs peak, Qwen2.5-0.5B shapes.");
   flags.add("threads", &o.num_threads, "threads (the calling thread counts)");
-  flags.add("tokens", &o.prefill_tokens, "tokens of the prefill GEMM");
+  flags.add("tokens", &o.prefill_tokens,
+            "tokens of the prefill GEMM and the shorter attention prompt (the other: 4x)");
   flags.add("reps", &o.num_reps, "timed repetitions (best is reported)");
   flags.add("stack-layers", &o.num_stack_layers, "layers in the streamed decode stack");
   flags.add("lm-head", &o.include_lm_head, "also time the 151936x896 lm_head GEMV");
@@ -36,6 +38,7 @@ int run_bench_kernels(const std::vector<std::string>& args) {
 }  // namespace
 
 CRESCENT_REGISTER_COMMAND(bench_kernels, "bench kernels",
-                          "kernel GEMV/GEMM throughput vs memcpy and peak", run_bench_kernels)
+                          "kernel GEMV/GEMM/attention throughput vs memcpy and peak",
+                          run_bench_kernels)
 
 }  // namespace crescent::apps

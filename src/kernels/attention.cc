@@ -86,12 +86,12 @@ KvHeadRows kv_head_rows(const KvCacheLayout& layout, const std::byte* block, int
   return {block + 2 * layer * part + head, block + (2 * layer + 1) * part + head};
 }
 
-// Prefill chunks of at least this many query rows go through attend_block_bf16, which widens
-// each KV block once for all of the chunk's rows and heads; fewer rows (decode) would not repay
-// the widening.
+// Prefill chunks of at least this many query rows go through attend_rows_bf16, which widens
+// each chunk of keys once for all of the chunk's rows and heads and runs them in register tiles;
+// fewer rows (decode) would not repay the transposes.
 constexpr int64_t kTileMinRows = 4;
 
-// One task's rows [t_begin, t_end) x the kv head's query heads, through attend_block_bf16.
+// One task's rows [t_begin, t_end) x the kv head's query heads, through attend_rows_bf16.
 void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& seq, int kv_head,
                           int64_t t_begin, int64_t t_end, const float* q, int num_heads, int group,
                           int layer, const KvCacheLayout& layout, const std::byte* kv_base,
@@ -101,8 +101,6 @@ void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& 
   std::vector<const float*> q_rows(num_q);
   std::vector<float*> out_rows(num_q);
   std::vector<int> visible(num_q);
-  std::vector<float> max_score(num_q, -std::numeric_limits<float>::infinity());
-  std::vector<float> sum(num_q, 0.0f);
   for (int64_t t = t_begin; t < t_end; ++t) {
     for (int h = 0; h < group; ++h) {
       const int i = static_cast<int>((t - t_begin) * group + h);
@@ -110,27 +108,32 @@ void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& 
           ((seq.q_row + t) * num_heads + int64_t{kv_head} * group + h) * head_dim;
       q_rows[i] = q + offset;
       out_rows[i] = out + offset;
-      std::memset(out_rows[i], 0, head_dim * sizeof(float));
+      visible[i] = static_cast<int>(seq.start_pos + t + 1);
     }
   }
-  const int block_size = layout.block_size;
-  const int64_t max_keys = seq.start_pos + t_end;
-  for (int64_t kb = 0; kb * block_size < max_keys; ++kb) {
+  const int64_t num_keys = seq.start_pos + t_end;
+  const int64_t num_blocks = (num_keys + layout.block_size - 1) / layout.block_size;
+  std::vector<const uint16_t*> k_blocks(num_blocks);
+  std::vector<const uint16_t*> v_blocks(num_blocks);
+  for (int64_t b = 0; b < num_blocks; ++b) {
     const KvHeadRows rows = kv_head_rows(
-        layout, kv_base + int64_t{seq.block_table[kb]} * layout.block_num_bytes(), layer, kv_head);
-    const int n = static_cast<int>(std::min<int64_t>(block_size, max_keys - kb * block_size));
-    for (int i = 0; i < num_q; ++i) {
-      const int64_t num_keys = seq.start_pos + t_begin + i / group + 1;  // query row i's
-      visible[i] = static_cast<int>(std::clamp<int64_t>(num_keys - kb * block_size, 0, n));
-    }
-    ops.attend_block_bf16(q_rows.data(), out_rows.data(), num_q,
-                          reinterpret_cast<const uint16_t*>(rows.k),
-                          reinterpret_cast<const uint16_t*>(rows.v),
-                          int64_t{layout.num_kv_heads} * layout.head_row_bytes() / 2, n, head_dim,
-                          scale, visible.data(), max_score.data(), sum.data());
+        layout, kv_base + int64_t{seq.block_table[b]} * layout.block_num_bytes(), layer, kv_head);
+    k_blocks[b] = reinterpret_cast<const uint16_t*>(rows.k);
+    v_blocks[b] = reinterpret_cast<const uint16_t*>(rows.v);
   }
-  for (int i = 0; i < num_q; ++i)
-    ops.scale(1.0f / sum[i], out_rows[i], head_dim);
+  internal::AttendRowsArgs args;
+  args.q = q_rows.data();
+  args.out = out_rows.data();
+  args.visible = visible.data();
+  args.num_q = num_q;
+  args.k_blocks = k_blocks.data();
+  args.v_blocks = v_blocks.data();
+  args.block_size = layout.block_size;
+  args.num_keys = num_keys;
+  args.stride = int64_t{layout.num_kv_heads} * layout.head_row_bytes() / 2;
+  args.dim = head_dim;
+  args.scale = scale;
+  ops.attend_rows_bf16(args);
 }
 
 template <KvDtype D>
@@ -160,8 +163,8 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
     return seqs[a.seq].start_pos + a.t_end > seqs[b.seq].start_pos + b.t_end;
   });
 
-  const bool tiles = D == KvDtype::kBf16 && ops.attend_block_bf16 != nullptr &&
-                     head_dim % 16 == 0 && head_dim <= internal::kMaxTileDim;
+  const bool tiles = D == KvDtype::kBf16 && ops.attend_rows_bf16 != nullptr && head_dim % 16 == 0 &&
+                     head_dim <= internal::kMaxTileDim;
   pool.parallel_for(static_cast<int>(tasks.size()), [&](int task_index) {
     const Task& task = tasks[task_index];
     const AttentionSeq& seq = seqs[task.seq];

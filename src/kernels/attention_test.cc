@@ -177,8 +177,9 @@ TEST(PagedAttentionTest, Bf16KvMatchesNaiveAttentionGqa7) {
   run_case(2, 7, 12, 3, KvDtype::kBf16);
 }
 
-// The AVX-512 prefill path (attend_block_bf16) on the shapes it has to get right: blocks of
-// more than 16 keys (two key groups), blocks of fewer, GQA groups of 7, head dims up to 256.
+// The AVX-512 prefill path (attend_rows_bf16) on the shapes it has to get right: blocks of
+// more than 16 keys (two key chunks), blocks of fewer (chunks across blocks), GQA groups of 7
+// (7 lane groups: pairs and a single), head dims up to 256.
 TEST(PagedAttentionTest, Bf16KvTilesMatchNaiveAttention) {
   run_case(2, 7, 64, 32, KvDtype::kBf16);
   run_case(1, 2, 128, 5, KvDtype::kBf16);

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/baselines.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
@@ -125,6 +126,53 @@ double best_seconds(int num_reps, Fn&& fn) {
   return best;
 }
 
+// Causal prefill attention of one prompt over a bf16 paged KV cache (Qwen2.5-0.5B's 14 query /
+// 2 KV heads of 64), at the GEMM's token count and four times it: the quadratic part of a long
+// prompt's prefill. Its multiply-adds (scores and values) against the f32 FMA peak, the rate the
+// attention math runs at.
+Status run_attention_benchmark(const KernelBenchOptions& o, double peak_f32, ThreadPool& pool,
+                               FILE* out) {
+  constexpr int kHeads = 14;
+  constexpr int kKvHeads = 2;
+  constexpr int kHeadDim = 64;
+  constexpr int kBlockSize = 16;
+  std::fprintf(out, "\nprefill attention (causal, %d query / %d KV heads of %d, bf16 KV cache):\n",
+               kHeads, kKvHeads, kHeadDim);
+  std::fprintf(out, "  %-28s %10s %9s %10s\n", "case", "ms", "GFLOP/s", "vs peak");
+  for (const int64_t len : {o.prefill_tokens, 4 * o.prefill_tokens}) {
+    const KvCacheLayout layout{1, kBlockSize, kKvHeads, kHeadDim, KvDtype::kBf16};
+    const int64_t num_blocks = (len + kBlockSize - 1) / kBlockSize;
+    std::vector<std::byte> kv(static_cast<size_t>(num_blocks * layout.block_num_bytes()));
+    std::vector<int32_t> table(num_blocks);
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      table[b] = static_cast<int32_t>(num_blocks - 1 - b);  // not in order, as a cache holds them
+    }
+    const auto to_floats = [](const std::vector<uint16_t>& h) {
+      std::vector<float> f(h.size());
+      dtype_to_float(DType::kBF16, h.data(), static_cast<int64_t>(h.size()), f.data());
+      return f;
+    };
+    const std::vector<float> k = to_floats(make_bf16(len * kKvHeads * kHeadDim, 11));
+    const std::vector<float> v = to_floats(make_bf16(len * kKvHeads * kHeadDim, 12));
+    const std::vector<float> q = to_floats(make_bf16(len * kHeads * kHeadDim, 13));
+    std::vector<float> o_rows(q.size());
+    write_kv(k.data(), v.data(), len, 0, table.data(), 0, layout, kv.data());
+    const AttentionSeq seq{0, len, 0, table.data()};
+    const double sec = best_seconds(o.num_reps, [&] {
+      paged_attention({&seq, 1}, q.data(), kHeads, 0, layout, kv.data(), 0.125f, o_rows.data(),
+                      pool);
+    });
+    // Scores and values: 2 multiply-adds per head, dimension and visible (query, key) pair.
+    const double flops = 4.0 * kHeads * kHeadDim * static_cast<double>(len) * (len + 1) / 2;
+    const double gflops = flops / sec / 1e9;
+    char name[64];
+    std::snprintf(name, sizeof(name), "%lld-token prompt", static_cast<long long>(len));
+    std::fprintf(out, "  %-28s %10.3f %9.1f %10.2f (of f32 peak)\n", name, sec * 1e3, gflops,
+                 gflops / peak_f32);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
@@ -229,7 +277,7 @@ Status run_kernel_benchmarks(const KernelBenchOptions& o, FILE* out) {
       }
     }
   }
-  return Status::ok();
+  return run_attention_benchmark(o, peak_f32, pool, out);
 }
 
 }  // namespace crescent::kernels

@@ -1,7 +1,8 @@
 #pragma once
 // The kernels benchmark behind `crescent bench kernels` (and the standalone kernels_bench
-// binary): GEMV GB/s against memcpy GB/s and GEMM GFLOP/s against the peak multiply-add rate,
-// on Qwen2.5-0.5B shapes, measured in one run. Prints a plain-text report to `out`.
+// binary): GEMV GB/s against memcpy GB/s, GEMM and prefill attention GFLOP/s against the peak
+// multiply-add rate, on Qwen2.5-0.5B shapes, measured in one run. Prints a plain-text report to
+// `out`.
 
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +14,7 @@ namespace crescent::kernels {
 
 struct KernelBenchOptions {
   int num_threads = 2;
-  int64_t prefill_tokens = 512;
+  int64_t prefill_tokens = 512;  // also the shorter attention prompt (the longer: 4x)
   int num_reps = 10;
   // Layers of the decode stack streamed per GEMV step (all seven projections each); enough
   // that the weights do not fit in the last-level cache.

@@ -27,6 +27,7 @@ std::array<KernelTable, 4> build_tables() {
   tables[static_cast<int>(Isa::kAvx2)] = t;
   if (best >= Isa::kAvx512) {
     fill_avx512(&t);
+    fill_attention_avx512(&t);
     fill_gemm_f32_avx512(&t);
     fill_kv_avx512(&t);
   }

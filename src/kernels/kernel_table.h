@@ -57,8 +57,26 @@ constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
 
-// attend_block_bf16's largest head dimension.
+// attend_rows_bf16's largest head dimension.
 constexpr int64_t kMaxTileDim = 256;
+
+// Causal attention of num_q query rows against one KV head's bf16 keys and values: key j is row
+// j % block_size of blocks k_blocks[j / block_size] / v_blocks[j / block_size] (rows `stride`
+// elements apart); query row i sees keys [0, visible[i]) (1 <= visible[i] <= num_keys) and gets
+// out[i] = softmax(scale * q[i] . K) V over them. dim: a multiple of 16 up to kMaxTileDim.
+struct AttendRowsArgs {
+  const float* const* q = nullptr;
+  float* const* out = nullptr;
+  const int* visible = nullptr;
+  int num_q = 0;
+  const uint16_t* const* k_blocks = nullptr;
+  const uint16_t* const* v_blocks = nullptr;
+  int block_size = 0;
+  int64_t num_keys = 0;
+  int64_t stride = 0;
+  int64_t dim = 0;
+  float scale = 0;
+};
 
 struct KernelTable {
   MatmulPanelsFn matmul_f32 = nullptr;     // F32 weights, f32 math
@@ -93,14 +111,10 @@ struct KernelTable {
                         float scale, float* out) = nullptr;
   void (*axpy_rows_bf16)(const float* p, const uint16_t* rows, int64_t stride, int n, int64_t dim,
                          float* y) = nullptr;
-  // Many queries against one KV block (bf16 rows `stride` elements apart, n keys, dim a
-  // multiple of 16 up to kMaxTileDim), one online-softmax step each: query i sees the block's
-  // first visible[i] keys (none: untouched); its running max m[i], sum l[i] and output row out[i]
-  // (unnormalised) are updated as paged_attention's per-row loop would. Widening the block once
-  // for every query is what makes prefill attention cheap. null: that per-row loop.
-  void (*attend_block_bf16)(const float* const* q, float* const* out, int num_q, const uint16_t* k,
-                            const uint16_t* v, int64_t stride, int n, int64_t dim, float scale,
-                            const int* visible, float* m, float* l) = nullptr;
+  // A prefill task's query rows over all of their keys at once (AttendRowsArgs): each chunk of
+  // keys is widened once for every row, and the rows share register tiles, which is what makes
+  // prefill attention cheap. null: paged_attention's per-row loop.
+  void (*attend_rows_bf16)(const AttendRowsArgs& args) = nullptr;
   // The other stored KV types (kv_convert.h): f16, fp8_e4m3 and q8_0 (n a multiple of 32).
   float (*dot_f16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
@@ -142,6 +156,7 @@ inline float widen(uint16_t x) {
 void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);
 void fill_avx512(KernelTable* table);
+void fill_attention_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
 void fill_gemm_f32_avx2(KernelTable* table);
 void fill_gemm_f32_avx512(KernelTable* table);

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "core/check.h"
+#include "kernels/avx512_math.h"
 #include "kernels/kernel_table.h"
 
 namespace crescent::kernels::internal {
@@ -240,23 +240,6 @@ void matmul_q8(const MatmulArgs& a, int64_t pb, int64_t pe) {
   }
 }
 
-// exp(x) for float lanes: Cephes' expf polynomial, 2^n applied with vscalefps (~1 ulp).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
 // exp(x) in the lanes of `live`, 0 elsewhere and wherever x is below exp_ps's clamp (a masked
 // -inf score gives 0, not 1.2e-38).
 inline __m512 masked_exp(__m512 x, __mmask16 live) {
@@ -373,156 +356,6 @@ void scale(float s, float* y, int64_t n) {
   }
 }
 
-// attend_block_bf16 (kernel_table.h). Per 16 keys, K is widened and transposed once into kt
-// (one zmm of 16 keys per dimension) and V widened into vf. Queries then go two at a time, so
-// each kt and vf vector loaded serves two FMAs: a query's 16 scores are `dim` FMAs into one zmm
-// with its values as broadcast operands (no horizontal sums), its softmax step is a few vector
-// ops on that zmm, and its output row takes one broadcast FMA per key and 16 dimensions.
-struct TileState {
-  const float* const* q;
-  float* const* out;
-  float* m;
-  float* l;
-  int64_t dim;
-  __m512 score_scale;
-};
-
-// The online-softmax step of query i over a key group (its scores in lanes < vis): rescales its
-// output row and sum when the running max grows, and leaves exp(score - max) in p (0 past vis).
-inline void softmax_step(const TileState& st, int i, __m512 raw, int vis, float* p) {
-  const __mmask16 live = tail_mask(vis);
-  const __m512 scores = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
-                                           live, _mm512_mul_ps(raw, st.score_scale));
-  const float new_m = std::max(st.m[i], _mm512_reduce_max_ps(scores));
-  if (new_m > st.m[i] && st.l[i] > 0) {
-    const float correction = std::exp(st.m[i] - new_m);
-    st.l[i] *= correction;
-    scale(correction, st.out[i], st.dim);
-  }
-  st.m[i] = new_m;
-  const __m512 e = masked_exp(_mm512_sub_ps(scores, _mm512_set1_ps(new_m)), live);
-  st.l[i] += _mm512_reduce_add_ps(e);
-  _mm512_store_ps(p, e);
-}
-
-// out[a] += sum over keys j < na of pa[j] * vf[j], and out[b] (b >= 0) the same over its nb keys,
-// NC * 16 dims from d0. Each query stops at its own last visible key: a key it may not see adds
-// nothing, not 0 * V (NaN where a later position's V is not finite).
-template <int NC>
-inline void add_values(const TileState& st, int a, int b, const float* pa, const float* pb, int na,
-                       int nb, const float* vf, int64_t d0) {
-  __m512 acc_a[NC];
-  __m512 acc_b[NC];
-  for (int c = 0; c < NC; ++c) {
-    acc_a[c] = _mm512_loadu_ps(st.out[a] + d0 + 16 * c);
-    acc_b[c] = b >= 0 ? _mm512_loadu_ps(st.out[b] + d0 + 16 * c) : _mm512_setzero_ps();
-  }
-  const int both = std::min(na, nb);
-  for (int j = 0; j < both; ++j) {
-    const __m512 wa = _mm512_set1_ps(pa[j]);
-    const __m512 wb = _mm512_set1_ps(pb[j]);
-    for (int c = 0; c < NC; ++c) {
-      const __m512 vj = _mm512_load_ps(vf + j * st.dim + d0 + 16 * c);
-      acc_a[c] = _mm512_fmadd_ps(wa, vj, acc_a[c]);
-      acc_b[c] = _mm512_fmadd_ps(wb, vj, acc_b[c]);
-    }
-  }
-  for (int j = both; j < na; ++j) {
-    const __m512 wa = _mm512_set1_ps(pa[j]);
-    for (int c = 0; c < NC; ++c)
-      acc_a[c] = _mm512_fmadd_ps(wa, _mm512_load_ps(vf + j * st.dim + d0 + 16 * c), acc_a[c]);
-  }
-  for (int j = both; j < nb; ++j) {
-    const __m512 wb = _mm512_set1_ps(pb[j]);
-    for (int c = 0; c < NC; ++c)
-      acc_b[c] = _mm512_fmadd_ps(wb, _mm512_load_ps(vf + j * st.dim + d0 + 16 * c), acc_b[c]);
-  }
-  for (int c = 0; c < NC; ++c) {
-    _mm512_storeu_ps(st.out[a] + d0 + 16 * c, acc_a[c]);
-    if (b >= 0)
-      _mm512_storeu_ps(st.out[b] + d0 + 16 * c, acc_b[c]);
-  }
-}
-
-void attend_block_bf16(const float* const* q, float* const* out, int num_q, const uint16_t* k,
-                       const uint16_t* v, int64_t stride, int n, int64_t dim, float score_scale,
-                       const int* visible, float* m, float* l) {
-  alignas(64) float kt[kMaxTileDim * 16];
-  alignas(64) float vf[16 * kMaxTileDim];
-  alignas(64) float pa[16];
-  alignas(64) float pb[16];
-  CRESCENT_CHECK(dim % 16 == 0 && dim <= kMaxTileDim) << "attend_block_bf16: head dim " << dim;
-  const TileState st{q, out, m, l, dim, _mm512_set1_ps(score_scale)};
-  thread_local std::vector<int> active;  // the queries that see any of the 16 keys
-  for (int j0 = 0; j0 < n; j0 += 16) {
-    const int nk = std::min(16, n - j0);
-    active.clear();
-    for (int i = 0; i < num_q; ++i) {
-      if (visible[i] > j0)
-        active.push_back(i);
-    }
-    if (active.empty())
-      continue;
-    for (int j = 0; j < 16; ++j) {
-      for (int64_t d = 0; d < dim; d += 16) {
-        const __m512 kj = j < nk ? load16(k + (j0 + j) * stride + d, 0xffff) : _mm512_setzero_ps();
-        const __m512 vj = j < nk ? load16(v + (j0 + j) * stride + d, 0xffff) : _mm512_setzero_ps();
-        _mm512_store_ps(vf + j * dim + d, vj);
-        alignas(64) float lanes[16];  // kt[d + e][j] = kj[e]
-        _mm512_store_ps(lanes, kj);
-        for (int e = 0; e < 16; ++e)
-          kt[(d + e) * 16 + j] = lanes[e];
-      }
-    }
-    for (size_t ai = 0; ai < active.size(); ai += 2) {
-      const int a = active[ai];
-      const int b = ai + 1 < active.size() ? active[ai + 1] : -1;
-      const float* qa = q[a];
-      const float* qb = b >= 0 ? q[b] : q[a];
-      // Eight FMA chains (four per query) keep both FMA pipes busy through their latency.
-      __m512 sa[4];
-      __m512 sb[4];
-      for (int c = 0; c < 4; ++c) {
-        sa[c] = _mm512_setzero_ps();
-        sb[c] = _mm512_setzero_ps();
-      }
-      for (int64_t d = 0; d < dim; d += 4) {
-        for (int c = 0; c < 4; ++c) {
-          const __m512 kd = _mm512_load_ps(kt + (d + c) * 16);
-          sa[c] = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + c]), kd, sa[c]);
-          sb[c] = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + c]), kd, sb[c]);
-        }
-      }
-      const auto sum4 = [](const __m512* x) {
-        return _mm512_add_ps(_mm512_add_ps(x[0], x[1]), _mm512_add_ps(x[2], x[3]));
-      };
-      const int vis_a = std::min(visible[a] - j0, nk);
-      softmax_step(st, a, sum4(sa), vis_a, pa);
-      int vis_b = 0;  // no partner: add_values reads none of pb
-      if (b >= 0) {
-        vis_b = std::min(visible[b] - j0, nk);
-        softmax_step(st, b, sum4(sb), vis_b, pb);
-      }
-      int64_t d0 = 0;
-      for (; d0 + 64 <= dim; d0 += 64)
-        add_values<4>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
-      switch ((dim - d0) / 16) {
-        case 3:
-          add_values<3>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
-          break;
-        case 2:
-          add_values<2>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
-          break;
-        case 1:
-          add_values<1>(st, a, b, pa, pb, vis_a, vis_b, vf, d0);
-          break;
-        default:
-          break;
-      }
-    }
-  }
-}
-
 void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
               float* y) {
   for (int64_t r = 0; r < num_rows; ++r) {
@@ -615,7 +448,6 @@ void fill_avx512(KernelTable* t) {
   t->axpy_bf16 = axpy<uint16_t>;
   t->dot_rows_bf16 = dot_rows<uint16_t>;
   t->axpy_rows_bf16 = axpy_rows<uint16_t>;
-  t->attend_block_bf16 = attend_block_bf16;
   t->quantize_q8_k = quantize_q8_k;
   t->scale = scale;
   t->rms_norm = rms_norm;
