@@ -86,12 +86,12 @@ KvHeadRows kv_head_rows(const KvCacheLayout& layout, const std::byte* block, int
   return {block + 2 * layer * part + head, block + (2 * layer + 1) * part + head};
 }
 
-// Prefill chunks of at least this many query rows go through attend_rows_bf16, which widens
+// Prefill chunks of at least this many query rows go through attend_rows, which widens
 // each chunk of keys once for all of the chunk's rows and heads and runs them in register tiles;
 // fewer rows (decode) would not repay the transposes.
 constexpr int64_t kTileMinRows = 4;
 
-// One task's rows [t_begin, t_end) x the kv head's query heads, through attend_rows_bf16.
+// One task's rows [t_begin, t_end) x the kv head's query heads, through attend_rows.
 void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& seq, int kv_head,
                           int64_t t_begin, int64_t t_end, const float* q, int num_heads, int group,
                           int layer, const KvCacheLayout& layout, const std::byte* kv_base,
@@ -133,7 +133,8 @@ void attend_task_in_tiles(const internal::KernelTable& ops, const AttentionSeq& 
   args.stride = int64_t{layout.num_kv_heads} * layout.head_row_bytes() / 2;
   args.dim = head_dim;
   args.scale = scale;
-  ops.attend_rows_bf16(args);
+  args.f16 = layout.dtype == KvDtype::kF16;
+  ops.attend_rows(args);
 }
 
 template <KvDtype D>
@@ -163,8 +164,8 @@ void paged_attention_as(std::span<const AttentionSeq> seqs, const float* q, int 
     return seqs[a.seq].start_pos + a.t_end > seqs[b.seq].start_pos + b.t_end;
   });
 
-  const bool tiles = D == KvDtype::kBf16 && ops.attend_rows_bf16 != nullptr && head_dim % 16 == 0 &&
-                     head_dim <= internal::kMaxTileDim;
+  const bool tiles = (D == KvDtype::kBf16 || D == KvDtype::kF16) && ops.attend_rows != nullptr &&
+                     head_dim % 16 == 0 && head_dim <= internal::kMaxTileDim;
   pool.parallel_for(static_cast<int>(tasks.size()), [&](int task_index) {
     const Task& task = tasks[task_index];
     const AttentionSeq& seq = seqs[task.seq];

@@ -1,8 +1,9 @@
-// Prefill attention on AVX-512 (attend_rows_bf16, kernel_table.h): flash attention with the
+// Prefill attention on AVX-512 (attend_rows, kernel_table.h): flash attention with the
 // queries in the vector lanes. A task's query rows (its tokens x the KV head's query heads) go
 // 16 to a lane group, transposed once into qt[d][lane] with the score scale folded in; the
 // output accumulates transposed in ot[d][lane] and is written back once at the end. Per chunk of
-// 16 keys, K and V are widened to f32 once for every group, then for each pair of groups:
+// 16 keys, K and V (bf16 or f16) are widened to f32 once for every group, then for each pair
+// of groups:
 //  - scores: s[key][lane] += qt[d][lane] * k[key][d], a register tile of 8 keys x 2 groups
 //    (16 accumulators; per dimension 2 vector loads and 8 broadcasts feed 16 FMAs);
 //  - online softmax, lane-wise: the running max, the rescale factor and the sum are plain
@@ -231,9 +232,10 @@ void widen_chunk(const AttendRowsArgs& a, int64_t j0, int nk, float* kf, float* 
     const uint16_t* k = a.k_blocks[key / a.block_size] + offset;
     const uint16_t* v = a.v_blocks[key / a.block_size] + offset;
     for (int64_t d = 0; d < a.dim; d += 16) {
-      const auto widen = [](const uint16_t* src) {
+      const auto widen = [&](const uint16_t* src) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        return a.f16 ? _mm512_cvtph_ps(h)
+                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
       };
       _mm512_store_ps(kf + j * a.dim + d, widen(k + d));
       _mm512_store_ps(vf + j * a.dim + d, widen(v + d));
@@ -241,9 +243,9 @@ void widen_chunk(const AttendRowsArgs& a, int64_t j0, int nk, float* kf, float* 
   }
 }
 
-void attend_rows_bf16(const AttendRowsArgs& a) {
+void attend_rows(const AttendRowsArgs& a) {
   CRESCENT_CHECK(a.dim % 16 == 0 && a.dim <= kMaxTileDim && a.num_q >= 1)
-      << "attend_rows_bf16: head dim " << a.dim << ", " << a.num_q << " rows";
+      << "attend_rows: head dim " << a.dim << ", " << a.num_q << " rows";
   const int64_t dim = a.dim;
   const int groups = static_cast<int>((a.num_q + kLanes - 1) / kLanes);
   thread_local Scratch sc;
@@ -305,7 +307,7 @@ void attend_rows_bf16(const AttendRowsArgs& a) {
 }  // namespace
 
 void fill_attention_avx512(KernelTable* t) {
-  t->attend_rows_bf16 = attend_rows_bf16;
+  t->attend_rows = attend_rows;
 }
 
 }  // namespace crescent::kernels::internal

@@ -57,10 +57,11 @@ constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
 
-// attend_rows_bf16's largest head dimension.
+// attend_rows's largest head dimension.
 constexpr int64_t kMaxTileDim = 256;
 
-// Causal attention of num_q query rows against one KV head's bf16 keys and values: key j is row
+// Causal attention of num_q query rows against one KV head's keys and values, bf16 or (f16) IEEE
+// half: key j is row
 // j % block_size of blocks k_blocks[j / block_size] / v_blocks[j / block_size] (rows `stride`
 // elements apart); query row i sees keys [0, visible[i]) (1 <= visible[i] <= num_keys) and gets
 // out[i] = softmax(scale * q[i] . K) V over them. dim: a multiple of 16 up to kMaxTileDim.
@@ -76,6 +77,7 @@ struct AttendRowsArgs {
   int64_t stride = 0;
   int64_t dim = 0;
   float scale = 0;
+  bool f16 = false;  // K/V in f16 rather than bf16
 };
 
 struct KernelTable {
@@ -114,7 +116,7 @@ struct KernelTable {
   // A prefill task's query rows over all of their keys at once (AttendRowsArgs): each chunk of
   // keys is widened once for every row, and the rows share register tiles, which is what makes
   // prefill attention cheap. null: paged_attention's per-row loop.
-  void (*attend_rows_bf16)(const AttendRowsArgs& args) = nullptr;
+  void (*attend_rows)(const AttendRowsArgs& args) = nullptr;
   // The other stored KV types (kv_convert.h): f16, fp8_e4m3 and q8_0 (n a multiple of 32).
   float (*dot_f16)(const float* a, const uint16_t* b, int64_t n) = nullptr;
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
