@@ -20,6 +20,7 @@ std::array<KernelTable, 4> build_tables() {
   // lower table (set_active_isa refuses to select it anyway).
   if (best >= Isa::kAvx2) {
     fill_avx2(&t);
+    fill_attention_avx2(&t);
     fill_gemm_f32_avx2(&t);
     fill_quant_avx2(&t);
     fill_kv_avx2(&t);

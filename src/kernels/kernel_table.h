@@ -158,6 +158,7 @@ inline float widen(uint16_t x) {
 void fill_portable(KernelTable* table);
 void fill_avx2(KernelTable* table);
 void fill_avx512(KernelTable* table);
+void fill_attention_avx2(KernelTable* table);
 void fill_attention_avx512(KernelTable* table);
 void fill_avx512bf16(KernelTable* table);
 void fill_gemm_f32_avx2(KernelTable* table);
