@@ -57,14 +57,14 @@ constexpr int kNumDTypes = static_cast<int>(DType::kIQ4_NL) + 1;
 // Writes y for every token and every row of panels [panel_begin, panel_end).
 using MatmulPanelsFn = void (*)(const MatmulArgs& args, int64_t panel_begin, int64_t panel_end);
 
-// attend_rows's largest head dimension.
+// The largest head dimension attend_rows takes.
 constexpr int64_t kMaxTileDim = 256;
 
-// Causal attention of num_q query rows against one KV head's keys and values, bf16 or (f16) IEEE
-// half: key j is row
-// j % block_size of blocks k_blocks[j / block_size] / v_blocks[j / block_size] (rows `stride`
-// elements apart); query row i sees keys [0, visible[i]) (1 <= visible[i] <= num_keys) and gets
-// out[i] = softmax(scale * q[i] . K) V over them. dim: a multiple of 16 up to kMaxTileDim.
+// Causal attention of num_q query rows against one KV head's keys and values (bf16, or f16 where
+// f16 is set): key j is row j % block_size of blocks k_blocks[j / block_size] and
+// v_blocks[j / block_size] (rows `stride` elements apart); query row i sees keys [0, visible[i])
+// (1 <= visible[i] <= num_keys) and gets out[i] = softmax(scale * q[i] . K) V over them. dim: a
+// multiple of 16 up to kMaxTileDim.
 struct AttendRowsArgs {
   const float* const* q = nullptr;
   float* const* out = nullptr;
