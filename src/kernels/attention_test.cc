@@ -177,7 +177,7 @@ TEST(PagedAttentionTest, Bf16KvMatchesNaiveAttentionGqa7) {
   run_case(2, 7, 12, 3, KvDtype::kBf16);
 }
 
-// The AVX-512 prefill path (attend_rows) on the shapes it has to get right: blocks of
+// The AVX-512 / AVX2 prefill path (attend_rows) on the shapes it has to get right: blocks of
 // more than 16 keys (two key chunks), blocks of fewer (chunks across blocks), GQA groups of 7
 // (7 lane groups: pairs and a single), head dims up to 256.
 TEST(PagedAttentionTest, Bf16KvTilesMatchNaiveAttention) {
@@ -222,7 +222,7 @@ TEST(PagedAttentionTest, F16KvMatchesNaiveAttention) {
   run_case(3, 1, 16, 5, KvDtype::kF16);
   run_case(2, 7, 12, 3, KvDtype::kF16);
 }
-// f16 K/V through the same AVX-512 tiles (widened with vcvtph2ps).
+// f16 K/V through the same prefill tiles (widened with vcvtph2ps).
 TEST(PagedAttentionTest, F16KvTilesMatchNaiveAttention) {
   run_case(2, 7, 64, 32, KvDtype::kF16);
   run_case(1, 2, 128, 5, KvDtype::kF16);
