@@ -5,8 +5,10 @@
 //
 // Thread-safety: tables are built once and immutable.
 
+#include <cmath>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/quants.h"
@@ -135,6 +137,9 @@ struct KernelTable {
   float (*max_value)(const float* x, int64_t n) = nullptr;
   // quantize_row_q8_k (quants.h), the same bits as its scalar reference; null: that reference.
   void (*quantize_q8_k)(const float* x, int64_t num_values, BlockQ8K* out) = nullptr;
+  // quantize_row_q8 (below), the same bits as its scalar reference; null: that reference.
+  void (*quantize_q8)(const float* x, int64_t n, int8_t* quants, float* scales,
+                      int32_t* sums) = nullptr;
   // Register-only multiply-add loops for the peak baselines; return the flops done.
   double (*peak_fma_flops)(int64_t num_iters) = nullptr;
   double (*peak_bf16_flops)(int64_t num_iters) = nullptr;  // null without AVX512-BF16
@@ -232,8 +237,33 @@ inline void prefetch_ahead_of(const void* p, int64_t n) {
 }
 
 // Q8_0 activation quantisation (ggml's quantize_row_q8_0; the scale rounded to f16 as its
-// block_q8_0 stores it, returned as f32): n % 32 == 0.
+// block_q8_0 stores it, returned as f32): n % 32 == 0. Runs the table's quantize_q8 where the
+// ISA level has one.
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums);
+
+// A Q8_0 block's scale from its largest magnitude: `inverse` multiplies the values into quants,
+// `stored` is what the block keeps (d rounded to f16, as ggml's block_q8_0; a d past f16's range,
+// activations above ~8e6, keeps its f32 value instead of inf). A block of values below ~4e-37
+// (d denormal, 1 / d overflows) gets 0 for both. Shared by quantize_row_q8 and its vector forms
+// so that they agree bit for bit.
+struct Q8Scale {
+  float stored;
+  float inverse;
+};
+inline Q8Scale q8_scale_for(float amax) {
+  float d = amax / 127.0f;
+  float id = d != 0 ? 1.0f / d : 0.0f;
+  if (!std::isfinite(id)) {
+    d = 0;
+    id = 0;
+  }
+  const float d16 = f16_to_float(float_to_f16(d));
+  return {std::isfinite(d16) ? d16 : d, id};
+}
+// The reference's rounding of v = x * inverse to an integer: nearest, ties to even, through the
+// float mantissa (ggml's nearest_int), exact for |v| <= 127; a NaN gives its mantissa's low bits,
+// which the vector forms reproduce by doing the same bit arithmetic.
+constexpr float kQ8RoundMagic = 12582912.0f;  // 1.5 * 2^23
 
 // Q8_0 panel layout (see docs/kernels.md): 32-column blocks in pairs, pair g at g * kQ8PairBytes:
 // the 16 rows' f16 scales of blocks 2g and 2g + 1 (32 bytes each), then the two blocks' quants

@@ -301,6 +301,49 @@ double peak_fma_flops(int64_t num_iters) {
 
 }  // namespace
 
+// quantize_row_q8 (kernel_table.h), vectorised with the same bits as in kernels_avx512.cc: amax
+// ignores NaN (vmaxps returns its second operand when one is NaN), the quants come from the same
+// float-mantissa arithmetic, and they are narrowed to their low bytes as static_cast does.
+void quantize_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 magic = _mm256_set1_ps(kQ8RoundMagic);
+  const __m256i mantissa = _mm256_set1_epi32(0x007fffff);
+  const __m256i half = _mm256_set1_epi32(0x00400000);
+  const __m256i low_byte = _mm256_set1_epi32(0xff);
+  // The two packs interleave 4-value runs by 128-bit lane: runs 0, 4, 1, 5, ... back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * static_cast<int64_t>(i));
+      m = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), m);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const Q8Scale s = q8_scale_for(_mm_cvtss_f32(m4));
+    const __m256 inverse = _mm256_set1_ps(s.inverse);
+    __m256i q[4];
+    __m256i sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      const __m256 r = _mm256_add_ps(_mm256_mul_ps(v[i], inverse), magic);
+      q[i] = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(r), mantissa), half);
+      sum = _mm256_add_epi32(sum, q[i]);
+    }
+    const auto low = [&](int i) { return _mm256_and_si256(q[i], low_byte); };
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(low(0), low(1)),
+                                              _mm256_packus_epi32(low(2), low(3)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(quants + 32 * b),
+                        _mm256_permutevar8x32_epi32(bytes, order));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    scales[b] = s.stored;
+    sums[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
 void fill_avx2(KernelTable* t) {
   t->matmul_f32 = matmul_f32;
   t->matmul_bf16 = matmul_bf16;
@@ -315,6 +358,7 @@ void fill_avx2(KernelTable* t) {
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;
   t->silu_mul = silu_mul;
+  t->quantize_q8 = quantize_q8;
   t->peak_fma_flops = peak_fma_flops;
 }
 

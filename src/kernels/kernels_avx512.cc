@@ -326,6 +326,34 @@ void quantize_q8_k(const float* x, int64_t num_values, BlockQ8K* y) {
   }
 }
 
+// quantize_row_q8 (kernel_table.h), vectorised with the same bits: amax ignores NaN as the
+// reference's std::max(amax, |x|) does (vmaxps returns its second operand when one is NaN), and
+// the quants come from the same float-mantissa arithmetic, so NaN and inf inputs match too.
+void quantize_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 magic = _mm512_set1_ps(kQ8RoundMagic);
+  const __m512i mantissa = _mm512_set1_epi32(0x007fffff);
+  const __m512i half = _mm512_set1_epi32(0x00400000);
+  const auto quantise = [&](__m512 v, __m512 inverse) {
+    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(v, inverse), magic));
+    return _mm512_sub_epi32(_mm512_and_si512(bits, mantissa), half);
+  };
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    const __m512 x0 = _mm512_loadu_ps(x);
+    const __m512 x1 = _mm512_loadu_ps(x + 16);
+    const __m512 m0 = _mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_setzero_ps());
+    const __m512 m = _mm512_max_ps(_mm512_and_ps(x1, abs_mask), m0);
+    const Q8Scale s = q8_scale_for(_mm512_reduce_max_ps(m));
+    const __m512 inverse = _mm512_set1_ps(s.inverse);
+    const __m512i q0 = quantise(x0, inverse);
+    const __m512i q1 = quantise(x1, inverse);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(quants + 32 * b), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(quants + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+    scales[b] = s.stored;
+    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
 // y's 64-value runs stay in registers across the block's rows.
 template <typename T>
 void axpy_rows(const float* p, const T* rows, int64_t stride, int n, int64_t dim, float* y) {
@@ -449,6 +477,7 @@ void fill_avx512(KernelTable* t) {
   t->dot_rows_bf16 = dot_rows<uint16_t>;
   t->axpy_rows_bf16 = axpy_rows<uint16_t>;
   t->quantize_q8_k = quantize_q8_k;
+  t->quantize_q8 = quantize_q8;
   t->scale = scale;
   t->rms_norm = rms_norm;
   t->add_inplace = add_inplace;

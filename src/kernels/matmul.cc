@@ -474,23 +474,21 @@ std::vector<float> unpack_weight(const PackedWeight& w) {
 namespace internal {
 
 void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums) {
+  if (const auto fn = active_table().quantize_q8; fn != nullptr) {
+    fn(x, n, quants, scales, sums);
+    return;
+  }
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0;
     for (int i = 0; i < 32; ++i)
       amax = std::max(amax, std::fabs(xb[i]));
-    float d = amax / 127.0f;
-    float id = d != 0 ? 1.0f / d : 0.0f;
-    if (!std::isfinite(id)) {  // a block of values below ~4e-37: d is denormal, 1 / d overflows
-      d = 0;
-      id = 0;
-    }
-    // Round to nearest (ties to even) through the float mantissa, as ggml's nearest_int:
-    // exact for |v| <= 127, and a loop the compiler vectorises (std::lround is a libm call per
-    // value, which made quantising the activations a third of a Q5_0 prefill matmul).
+    const Q8Scale s = q8_scale_for(amax);
+    // Rounding through the float mantissa (kQ8RoundMagic) rather than std::lround, a libm call
+    // per value, which made quantising the activations a third of a Q5_0 prefill matmul.
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
-      const float v = xb[i] * id + 12582912.0f;
+      const float v = xb[i] * s.inverse + kQ8RoundMagic;
       int32_t bits;
       std::memcpy(&bits, &v, 4);
       const int32_t q = (bits & 0x007fffff) - 0x00400000;
@@ -499,10 +497,8 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* quants, float* scales, i
     }
     // ggml's block_q8_0 keeps d as f16 (the quants come from the f32 d, as here): rounding it the
     // same way makes the Q4_0/Q5_0/IQ4_NL/Q8_0 block dots equal ggml's, which decides near-tied
-    // greedy tokens alike (Q4_1/Q5_1 still differ: ggml's Q8_1 stores f16(d * sum) for the min). A
-    // d past f16's range (activations above ~8e6) keeps its f32 value instead of inf.
-    const float d16 = f16_to_float(float_to_f16(d));
-    scales[b] = std::isfinite(d16) ? d16 : d;
+    // greedy tokens alike (Q4_1/Q5_1 still differ: ggml's Q8_1 stores f16(d * sum) for the min).
+    scales[b] = s.stored;
     sums[b] = sum;
   }
 }

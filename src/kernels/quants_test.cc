@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -281,6 +282,58 @@ TEST(QuantsTest, Q8KQuantiserIsExactOnEveryIsa) {
       EXPECT_EQ(std::memcmp(got[b].qs, want[b].qs, sizeof(want[b].qs)), 0) << isa_name(isa) << b;
       EXPECT_EQ(std::memcmp(got[b].bsums, want[b].bsums, sizeof(want[b].bsums)), 0)
           << isa_name(isa) << " block " << b;
+    }
+  }
+}
+
+// The vector Q8_0 quantisers give the scalar reference's bits on every ISA: random rows, ties at
+// .5 after scaling, an all-zero block, one so small that 1 / d overflows, one past f16's range,
+// and blocks holding inf, a default NaN and a NaN with a payload (amax ignores NaN; the quants
+// of inf * 0 and of NaN are the reference's mantissa arithmetic, not a saturated conversion).
+TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
+  constexpr int kBlocks = 9;
+  std::vector<float> x = random_floats(32 * kBlocks, 29, -3, 3);
+  for (int j = 0; j < 32; ++j) {
+    x[32 + j] = (static_cast<float>(j % 9) - 4.0f) * (127.0f / 254.0f);  // k + 0.5 steps
+    x[64 + j] = 0.0f;
+    x[96 + j] = j % 3 == 0 ? -2e-38f : 1e-38f;
+    x[128 + j] *= 1e7f;
+  }
+  x[64 + 31] = 4.0f;  // block 2 then holds zeros and one value: |q| 127 there, 0 elsewhere
+  x[160 + 5] = std::numeric_limits<float>::infinity();
+  x[192 + 7] = std::numeric_limits<float>::quiet_NaN();
+  const uint32_t payload_nan = 0x7fc12345;
+  std::memcpy(&x[224 + 9], &payload_nan, 4);
+  std::memcpy(&x[224 + 20], &payload_nan, 4);  // in each half of the block
+  x[256 + 0] = -std::numeric_limits<float>::infinity();
+  x[256 + 1] = std::numeric_limits<float>::quiet_NaN();
+  x[256 + 30] = std::numeric_limits<float>::quiet_NaN();
+  const auto quantise = [&](std::vector<int8_t>* q, std::vector<float>* scale,
+                            std::vector<int32_t>* sum) {
+    q->assign(32 * kBlocks, 0);
+    scale->assign(kBlocks, 0);
+    sum->assign(kBlocks, 0);
+    internal::quantize_row_q8(x.data(), 32 * kBlocks, q->data(), scale->data(), sum->data());
+  };
+  std::vector<int8_t> want_q;
+  std::vector<float> want_scale;
+  std::vector<int32_t> want_sum;
+  {
+    ScopedIsa scoped(Isa::kPortable);
+    quantise(&want_q, &want_scale, &want_sum);
+  }
+  EXPECT_EQ(want_q[64 + 31], 127);
+  EXPECT_EQ(want_scale[3], 0.0f);
+  for (Isa isa : available_isas()) {
+    ScopedIsa scoped(isa);
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+    std::vector<int32_t> sum;
+    quantise(&q, &scale, &sum);
+    for (int b = 0; b < kBlocks; ++b) {
+      EXPECT_EQ(std::memcmp(&scale[b], &want_scale[b], 4), 0) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(sum[b], want_sum[b]) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(std::memcmp(&q[32 * b], &want_q[32 * b], 32), 0) << isa_name(isa) << " block " << b;
     }
   }
 }
