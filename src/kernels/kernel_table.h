@@ -260,9 +260,10 @@ inline Q8Scale q8_scale_for(float amax) {
   const float d16 = f16_to_float(float_to_f16(d));
   return {std::isfinite(d16) ? d16 : d, id};
 }
-// The reference's rounding of v = x * inverse to an integer: nearest, ties to even, through the
-// float mantissa (ggml's nearest_int), exact for |v| <= 127; a NaN gives its mantissa's low bits,
-// which the vector forms reproduce by doing the same bit arithmetic.
+// The reference's rounding of v = x * inverse to an integer: v + 1.5 * 2^23, then the mantissa
+// (ggml's nearest_int): nearest, ties to even, for |v| <= 127; a NaN gives its mantissa's low
+// bits. The product must be rounded to float before the add (matmul.cc is built for the baseline
+// ISA, which has no FMA to contract them into).
 constexpr float kQ8RoundMagic = 12582912.0f;  // 1.5 * 2^23
 
 // Q8_0 panel layout (see docs/kernels.md): 32-column blocks in pairs, pair g at g * kQ8PairBytes:

@@ -301,12 +301,11 @@ double peak_fma_flops(int64_t num_iters) {
 
 }  // namespace
 
-// quantize_row_q8 (kernel_table.h), vectorised with the same bits as in kernels_avx512.cc: amax
-// ignores NaN (vmaxps returns its second operand when one is NaN), the quants come from the same
-// float-mantissa arithmetic, and they are narrowed to their low bytes as static_cast does.
+// quantize_row_q8 (kernel_table.h), vectorised with the same bits as in kernels_avx512.cc (see
+// there: amax ignores NaN, vcvtps2dq of the rounded product, a NaN product's mantissa
+// arithmetic); the quants are narrowed to their low bytes as static_cast does.
 void quantize_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 magic = _mm256_set1_ps(kQ8RoundMagic);
   const __m256i mantissa = _mm256_set1_epi32(0x007fffff);
   const __m256i half = _mm256_set1_epi32(0x00400000);
   const __m256i low_byte = _mm256_set1_epi32(0xff);
@@ -327,8 +326,11 @@ void quantize_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32
     __m256i q[4];
     __m256i sum = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
-      const __m256 r = _mm256_add_ps(_mm256_mul_ps(v[i], inverse), magic);
-      q[i] = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(r), mantissa), half);
+      const __m256 r = _mm256_mul_ps(v[i], inverse);
+      const __m256i nan_q =
+          _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(r), mantissa), half);
+      q[i] = _mm256_blendv_epi8(_mm256_cvtps_epi32(r), nan_q,
+                                _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
       sum = _mm256_add_epi32(sum, q[i]);
     }
     const auto low = [&](int i) { return _mm256_and_si256(q[i], low_byte); };

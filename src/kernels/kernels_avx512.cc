@@ -327,16 +327,20 @@ void quantize_q8_k(const float* x, int64_t num_values, BlockQ8K* y) {
 }
 
 // quantize_row_q8 (kernel_table.h), vectorised with the same bits: amax ignores NaN as the
-// reference's std::max(amax, |x|) does (vmaxps returns its second operand when one is NaN), and
-// the quants come from the same float-mantissa arithmetic, so NaN and inf inputs match too.
+// reference's std::max(amax, |x|) does (vmaxps returns its second operand when one is NaN). The
+// quants are vcvtps2dq of the rounded product, which equals the reference's float-mantissa
+// rounding for |v| <= 127; a NaN product (a NaN input, or inf * 0) takes the reference's mantissa
+// arithmetic. Not the magic-number add itself: GCC contracts an intrinsic multiply and add into
+// an FMA, which rounds once and differs from the reference near ties.
 void quantize_q8(const float* x, int64_t n, int8_t* quants, float* scales, int32_t* sums) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512 magic = _mm512_set1_ps(kQ8RoundMagic);
   const __m512i mantissa = _mm512_set1_epi32(0x007fffff);
   const __m512i half = _mm512_set1_epi32(0x00400000);
-  const auto quantise = [&](__m512 v, __m512 inverse) {
-    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(v, inverse), magic));
-    return _mm512_sub_epi32(_mm512_and_si512(bits, mantissa), half);
+  const auto quantise = [&](__m512 x16, __m512 inverse) {
+    const __m512 v = _mm512_mul_ps(x16, inverse);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_sub_epi32(_mm512_cvtps_epi32(v), nan,
+                                 _mm512_and_si512(_mm512_castps_si512(v), mantissa), half);
   };
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
     const __m512 x0 = _mm512_loadu_ps(x);

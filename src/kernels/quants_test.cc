@@ -291,8 +291,8 @@ TEST(QuantsTest, Q8KQuantiserIsExactOnEveryIsa) {
 // and blocks holding inf, a default NaN and a NaN with a payload (amax ignores NaN; the quants
 // of inf * 0 and of NaN are the reference's mantissa arithmetic, not a saturated conversion).
 TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
-  constexpr int kBlocks = 9;
-  std::vector<float> x = random_floats(32 * kBlocks, 29, -3, 3);
+  constexpr int kBlocks = 10;
+  std::vector<float> x = random_floats(32 * (kBlocks - 1), 29, -3, 3);
   for (int j = 0; j < 32; ++j) {
     x[32 + j] = (static_cast<float>(j % 9) - 4.0f) * (127.0f / 254.0f);  // k + 0.5 steps
     x[64 + j] = 0.0f;
@@ -308,6 +308,26 @@ TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
   x[256 + 0] = -std::numeric_limits<float>::infinity();
   x[256 + 1] = std::numeric_limits<float>::quiet_NaN();
   x[256 + 30] = std::numeric_limits<float>::quiet_NaN();
+  // Block 9: amax 1, so the inverse scale is inexact, and values whose product with it rounds
+  // (in float) to k + 0.5 though the exact product is not: a fused multiply-add would round
+  // them the other way.
+  x.resize(32 * kBlocks);
+  x[32 * (kBlocks - 1)] = 1.0f;
+  const float inverse = internal::q8_scale_for(1.0f).inverse;
+  int near_ties = 0;
+  for (int k = 0; k < 120 && near_ties < 31; ++k) {
+    const float target = (static_cast<float>(k) + 0.5f) / inverse;
+    float v = target;
+    for (int step = 0; step < 16; ++step, v = std::nextafter(v, 2.0f)) {
+      const double exact = static_cast<double>(v) * static_cast<double>(inverse);
+      if (v < 1.0f && v * inverse == static_cast<float>(k) + 0.5f &&
+          exact != static_cast<double>(k) + 0.5) {
+        x[32 * (kBlocks - 1) + 1 + near_ties++] = v;
+        break;
+      }
+    }
+  }
+  ASSERT_GE(near_ties, 8) << "no values whose product rounds to a tie";
   const auto quantise = [&](std::vector<int8_t>* q, std::vector<float>* scale,
                             std::vector<int32_t>* sum) {
     q->assign(32 * kBlocks, 0);
