@@ -3,7 +3,8 @@
 // kMaxDotTokens tokens; here each pair of 16-row panels is unpacked once per matmul into a
 // per-thread scratch that stays in L2 — u8 quants laid out as vpdpbusd wants them (4 values of
 // one row per int32 lane, 16 rows per vector) plus an f32 scale and offset per row and group —
-// and then every token runs against it in a 2-panel x 4-token register tile.
+// and then every token runs against it in a register tile of 2 panels x 6 tokens (legacy types)
+// or 4 (K-quants).
 //
 // Why not repack at load: the unpacked form is ~2.5x the bytes of Q4_K, and batch-1 decode,
 // which is bound by reading those bytes, keeps streaming the stored blocks. Unpacking per matmul
@@ -35,7 +36,6 @@ namespace crescent::kernels::internal {
 namespace {
 
 constexpr int64_t kR = kPanelRows;
-constexpr int kTileTokens = 4;
 
 // One 16-row panel unpacked: quants[k / 4][row][k % 4] (k < padded cols), scale and offset
 // [group][row].
@@ -388,7 +388,7 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
   const int32_t* start[T];  // -kBias * sum of the group's quants (types with a bias)
   const float* xs[T];       // that sum (types with a min)
   __m512 acc[P][T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * kp;
     dx[t] = a.x_block_scale + (t0 + t) * (kp / A);
@@ -406,7 +406,7 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
     __m512 bsum[P][T];
 #pragma GCC unroll 2
     for (int i = 0; i < P; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         bsum[i][t] = _mm512_setzero_ps();
       }
@@ -416,7 +416,7 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
       // The quants are stored as u = q + kBias: starting at -kBias * sum(x) leaves sum(q * x).
       // The start is read from memory (a load port) rather than computed and broadcast from a
       // general register (a slot on the ports the vpdpbusd use).
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 2
         for (int i = 0; i < P; ++i) {
@@ -430,7 +430,7 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
         for (int i = 0; i < P; ++i) {
           wv[i] = _mm512_load_si512(pan[i].quants + (g * S / 4 + k) * (4 * kR));
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           int32_t x4;
           std::memcpy(&x4, xq[t] + g * S + k * 4, 4);
@@ -444,13 +444,13 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
 #pragma GCC unroll 2
       for (int i = 0; i < P; ++i) {
         const __m512 sc = _mm512_load_ps(pan[i].scale + g * kR);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           bsum[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][t]), sc, bsum[i][t]);
         }
         if constexpr (kHasMin) {
           const __m512 off = _mm512_load_ps(pan[i].offset + g * kR);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             bsum[i][t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t][g]), off, bsum[i][t]);
           }
@@ -459,7 +459,7 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
     }
 #pragma GCC unroll 2
     for (int i = 0; i < P; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         acc[i][t] = _mm512_fmadd_ps(bsum[i][t], _mm512_set1_ps(dx[t][blk]), acc[i][t]);
       }
@@ -471,32 +471,40 @@ requires(kHasMin == (kBias == 0)) void gemm_tile(const MatmulArgs& a, const Unpa
     const int n = static_cast<int>(std::min<int64_t>(kR, rows - r0));
     const auto m = static_cast<__mmask16>((1u << n) - 1);
     const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r0) : _mm512_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       _mm512_mask_storeu_ps(a.y + (t0 + t) * rows + r0, m, _mm512_add_ps(acc[i][t], bias));
     }
   }
 }
 
+// Tokens per tile: with one weight group per activation block (the legacy types) the group sums
+// need no registers of their own, which leaves room for 6 tokens: 12 independent vpdpbusd chains
+// per k-step, enough to cover its latency (8 were not). The K-quants keep their per-block sums
+// in registers and fit 4.
+template <int S, int A>
+constexpr int kTileTokensOf = S == A ? 6 : 4;
+
+template <int S, int A, int kBias, bool kHasMin, int P, int T>
+void gemm_tail(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0, int64_t t0,
+               int64_t n) {
+  if constexpr (T > 0) {
+    if (n == T) {
+      gemm_tile<S, A, kBias, kHasMin, P, T>(a, pan, panel0, t0);
+    } else {
+      gemm_tail<S, A, kBias, kHasMin, P, T - 1>(a, pan, panel0, t0, n);
+    }
+  }
+}
+
 template <int S, int A, int kBias, bool kHasMin, int P>
 void gemm_tokens(const MatmulArgs& a, const UnpackedPanel* pan, int64_t panel0) {
+  constexpr int kT = kTileTokensOf<S, A>;
   int64_t t0 = 0;
-  for (; t0 + kTileTokens <= a.num_tokens; t0 += kTileTokens) {
-    gemm_tile<S, A, kBias, kHasMin, P, kTileTokens>(a, pan, panel0, t0);
+  for (; t0 + kT <= a.num_tokens; t0 += kT) {
+    gemm_tile<S, A, kBias, kHasMin, P, kT>(a, pan, panel0, t0);
   }
-  switch (a.num_tokens - t0) {
-    case 3:
-      gemm_tile<S, A, kBias, kHasMin, P, 3>(a, pan, panel0, t0);
-      break;
-    case 2:
-      gemm_tile<S, A, kBias, kHasMin, P, 2>(a, pan, panel0, t0);
-      break;
-    case 1:
-      gemm_tile<S, A, kBias, kHasMin, P, 1>(a, pan, panel0, t0);
-      break;
-    default:
-      break;
-  }
+  gemm_tail<S, A, kBias, kHasMin, P, kT - 1>(a, pan, panel0, t0, a.num_tokens - t0);
 }
 
 // S values per weight scale group, A per activation block; unpack_one(p, out) unpacks panel p.

@@ -456,9 +456,10 @@ TEST(QuantsTest, MatmulOnGgmlRowsMatchesReference) {
       }
       const std::vector<float> bias = random_floats(rows, 33);
       // 1-4 tokens take the row dots or the x16 GEMV (every token-count kernel); 5 and 8 the
-      // GEMM on row panels but two passes of the x16 GEMV (kX16GemmMinTokens); 10, 11 and 37
-      // the GEMM where the CPU has VNNI (4-token tiles plus a tail of 2, 3 and 1).
-      for (int64_t num_tokens : {1, 2, 3, 4, 5, 8, 10, 11, 37}) {
+      // GEMM on row panels but two passes of the x16 GEMV (kX16GemmMinTokens); 9 and up the
+      // GEMM where the CPU has VNNI: the legacy types' 6-token tiles plus tails of 3, 4, 5, 2
+      // and 1, the K-quants' 4-token tiles plus 1, 2, 3, 2 and 1.
+      for (int64_t num_tokens : {1, 2, 3, 4, 5, 8, 9, 10, 11, 14, 37}) {
         for (const PackedWeight* packed : {&*from_bytes, &*file_layout}) {
           const std::vector<float> x = random_floats(num_tokens * cols, 34);
           std::vector<float> y(num_tokens * rows);
