@@ -602,10 +602,15 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       x_scale.resize(num_tokens * num_blocks);
       x_sum.resize(num_tokens * num_blocks);
       pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
-        std::vector<float> row(kp, 0.0f);
+        // Copied only where the panels pad the row (cols not a multiple of 32).
+        std::vector<float> row(kp == cols ? 0 : kp, 0.0f);
         for (int64_t t = t0; t < t1; ++t) {
-          std::memcpy(row.data(), x + t * cols, cols * sizeof(float));
-          internal::quantize_row_q8(row.data(), kp, &xq[t * kp], &x_scale[t * num_blocks],
+          const float* xt = x + t * cols;
+          if (kp != cols) {
+            std::memcpy(row.data(), xt, cols * sizeof(float));
+            xt = row.data();
+          }
+          internal::quantize_row_q8(xt, kp, &xq[t * kp], &x_scale[t * num_blocks],
                                     &x_sum[t * num_blocks]);
         }
       });
