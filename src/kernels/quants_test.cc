@@ -315,6 +315,8 @@ TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
   x[32 * (kBlocks - 1)] = 1.0f;
   const float inverse = internal::q8_scale_for(1.0f).inverse;
   int near_ties = 0;
+  // What ggml's quantiser writes for them: the float product k + 0.5 rounded half to even.
+  std::vector<int8_t> near_tie_quants;
   for (int k = 0; k < 120 && near_ties < 31; ++k) {
     const float target = (static_cast<float>(k) + 0.5f) / inverse;
     float v = target;
@@ -323,6 +325,7 @@ TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
       if (v < 1.0f && v * inverse == static_cast<float>(k) + 0.5f &&
           exact != static_cast<double>(k) + 0.5) {
         x[32 * (kBlocks - 1) + 1 + near_ties++] = v;
+        near_tie_quants.push_back(static_cast<int8_t>(k % 2 == 0 ? k : k + 1));
         break;
       }
     }
@@ -343,6 +346,12 @@ TEST(QuantsTest, Q8QuantiserIsExactOnEveryIsa) {
     quantise(&want_q, &want_scale, &want_sum);
   }
   EXPECT_EQ(want_q[64 + 31], 127);
+  // The reference itself, not only its agreement with the vector forms: were its multiply and
+  // add contracted into an FMA (matmul.cc built with -mfma), these would round the other way.
+  for (int i = 0; i < near_ties; ++i) {
+    EXPECT_EQ(want_q[32 * (kBlocks - 1) + 1 + i], near_tie_quants[static_cast<size_t>(i)])
+        << "near tie " << i;
+  }
   EXPECT_EQ(want_scale[3], 0.0f);
   for (Isa isa : available_isas()) {
     ScopedIsa scoped(isa);
