@@ -128,18 +128,49 @@ void matmul_ggml_rows(const MatmulArgs& a, int64_t panel_begin, int64_t panel_en
   }
 }
 
-// The ggml GEMM's activations (MatmulArgs::x_block_scale, x_group_start / x_group_sum) from the
-// row dots' form in *args. The legacy types' Q8_0 blocks are their scale groups, so their scales
-// and sums serve as they are; the K-quants' Q8_K blocks give flat int8 quants, one scale per
-// block and the sums of each weight scale group (16 or 32 values) from the 16-value sums.
-void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& pool,
-                        MatmulArgs* args, std::vector<int8_t>* xq, std::vector<float>* block_scale,
-                        std::vector<int32_t>* group_start, std::vector<float>* group_sum) {
+// Quantises every token's row to Q8_0 blocks of 32 (the dot partner of Q8_0 and the legacy
+// types) into *xq, *scale and *sum, and points args at them. A row is copied first only where the
+// panels pad it (cols not a multiple of 32).
+void quantize_tokens_q8(const float* x, int64_t num_tokens, int64_t cols, int64_t kp,
+                        ThreadPool& pool, MatmulArgs* args, std::vector<int8_t>* xq,
+                        std::vector<float>* scale, std::vector<int32_t>* sum) {
+  const int64_t num_blocks = kp / 32;
+  xq->resize(num_tokens * kp);
+  scale->resize(num_tokens * num_blocks);
+  sum->resize(num_tokens * num_blocks);
+  pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+    std::vector<float> row(kp == cols ? 0 : kp, 0.0f);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = x + t * cols;
+      if (kp != cols) {
+        std::memcpy(row.data(), xt, cols * sizeof(float));
+        xt = row.data();
+      }
+      internal::quantize_row_q8(xt, kp, xq->data() + t * kp, scale->data() + t * num_blocks,
+                                sum->data() + t * num_blocks);
+    }
+  });
+  args->xq = xq->data();
+  args->x_scale = scale->data();
+  args->x_sum = sum->data();
+}
+
+// The ggml GEMM's activations (MatmulArgs::xq, x_block_scale, x_group_start / x_group_sum).
+// The legacy types' Q8_0 blocks (already in *args from quantize_tokens_q8) are their scale
+// groups, so their quants and scales serve as they are and only the sums change form. The
+// K-quants' activations are quantised here straight from x, one 256-value Q8_K block at a time
+// (the same bits as quantize_row_q8_k), into flat int8 quants, one scale per block and the sums
+// of each weight scale group (16 or 32 values) from the block's 16-value sums; no Q8_K row is
+// stored.
+void prepare_group_acts(DType type, const float* x, int64_t cols, int64_t num_tokens, int64_t kp,
+                        ThreadPool& pool, MatmulArgs* args, std::vector<int8_t>* xq,
+                        std::vector<float>* block_scale, std::vector<int32_t>* group_start,
+                        std::vector<float>* group_sum) {
   const int group = internal::ggml_gemm_group_size(type);
   const int bias = internal::ggml_gemm_bias(type);
   args->group_size = group;
   const int64_t groups = kp / group;
-  const bool from_q8k = args->x_q8k != nullptr;
+  const bool from_x = dots_with_q8_k(type);
   const int64_t nb = kp / kQKBlockSize;
   const int per_block = kQKBlockSize / group;
   if (bias != 0) {
@@ -147,7 +178,8 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
   } else {
     group_sum->resize(num_tokens * groups);
   }
-  if (from_q8k) {
+  if (from_x) {
+    CRESCENT_CHECK(cols == kp) << "K-quant rows are whole 256-value blocks";
     xq->resize(num_tokens * kp);
     block_scale->resize(num_tokens * nb);
   }
@@ -160,14 +192,15 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
           (*group_sum)[t * groups + g] = static_cast<float>(sum);
         }
       };
-      if (!from_q8k) {
+      if (!from_x) {
         for (int64_t g = 0; g < groups; ++g) {
           put(g, args->x_sum[t * groups + g]);
         }
         continue;
       }
       for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ8K& blk = args->x_q8k[t * nb + b];
+        BlockQ8K blk;
+        quantize_row_q8_k(x + t * cols + b * kQKBlockSize, kQKBlockSize, &blk);
         std::memcpy(xq->data() + t * kp + b * kQKBlockSize, blk.qs, kQKBlockSize);
         (*block_scale)[t * nb + b] = blk.d;
         for (int g = 0; g < per_block; ++g) {
@@ -179,7 +212,7 @@ void prepare_group_acts(DType type, int64_t num_tokens, int64_t kp, ThreadPool& 
       }
     }
   });
-  if (from_q8k) {
+  if (from_x) {
     args->xq = xq->data();
     args->x_block_scale = block_scale->data();
   } else {
@@ -597,29 +630,10 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
       }
       break;
     case WeightFormat::kQ8_0: {
-      const int64_t num_blocks = kp / 32;
-      xq.resize(num_tokens * kp);
-      x_scale.resize(num_tokens * num_blocks);
-      x_sum.resize(num_tokens * num_blocks);
-      pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
-        // Copied only where the panels pad the row (cols not a multiple of 32).
-        std::vector<float> row(kp == cols ? 0 : kp, 0.0f);
-        for (int64_t t = t0; t < t1; ++t) {
-          const float* xt = x + t * cols;
-          if (kp != cols) {
-            std::memcpy(row.data(), xt, cols * sizeof(float));
-            xt = row.data();
-          }
-          internal::quantize_row_q8(xt, kp, &xq[t * kp], &x_scale[t * num_blocks],
-                                    &x_sum[t * num_blocks]);
-        }
-      });
-      args.xq = xq.data();
-      args.x_scale = x_scale.data();
-      args.x_sum = x_sum.data();
+      quantize_tokens_q8(x, num_tokens, cols, kp, pool, &args, &xq, &x_scale, &x_sum);
       fn = table.matmul_q8;
       if (table.gemm_q8 != nullptr && num_tokens >= internal::kQ8GemmMinTokens) {
-        prepare_group_acts(DType::kQ8_0, num_tokens, kp, pool, &args, &xq, &x_block_scale,
+        prepare_group_acts(DType::kQ8_0, x, cols, num_tokens, kp, pool, &args, &xq, &x_block_scale,
                            &x_group_start, &x_group_sum);
         fn = table.gemm_q8;
       }
@@ -628,29 +642,6 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
     default: {
       const DType type = *ggml_row_dtype(w.format());
       args.row_dot = table.row_dot[static_cast<int>(type)];
-      if (dots_with_q8_k(type)) {
-        const int64_t nb = kp / kQKBlockSize;
-        x_q8k.resize(num_tokens * nb);
-        pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
-          for (int64_t t = t0; t < t1; ++t)
-            quantize_row_q8_k(x + t * cols, cols, &x_q8k[t * nb]);
-        });
-        args.x_q8k = x_q8k.data();
-      } else {
-        const int64_t num_blocks = kp / 32;
-        xq.resize(num_tokens * kp);
-        x_scale.resize(num_tokens * num_blocks);
-        x_sum.resize(num_tokens * num_blocks);
-        pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
-          for (int64_t t = t0; t < t1; ++t) {
-            internal::quantize_row_q8(x + t * cols, kp, &xq[t * kp], &x_scale[t * num_blocks],
-                                      &x_sum[t * num_blocks]);
-          }
-        });
-        args.xq = xq.data();
-        args.x_scale = x_scale.data();
-        args.x_sum = x_sum.data();
-      }
       fn = args.row_dot != nullptr ? matmul_ggml_rows : nullptr;
       int64_t gemm_min_tokens = internal::kGgmlGemmMinTokens;
       if (internal::MatmulPanelsFn gemv = internal::x16_gemv(table, type);
@@ -658,9 +649,21 @@ void matmul(const float* x, int64_t num_tokens, const PackedWeight& w, const flo
         fn = gemv;
         gemm_min_tokens = internal::kX16GemmMinTokens;
       }
-      if (table.gemm_ggml != nullptr && num_tokens >= gemm_min_tokens) {
-        prepare_group_acts(type, num_tokens, kp, pool, &args, &xq, &x_block_scale, &x_group_start,
-                           &x_group_sum);
+      const bool gemm = table.gemm_ggml != nullptr && num_tokens >= gemm_min_tokens;
+      if (!dots_with_q8_k(type)) {
+        quantize_tokens_q8(x, num_tokens, cols, kp, pool, &args, &xq, &x_scale, &x_sum);
+      } else if (!gemm) {
+        const int64_t nb = kp / kQKBlockSize;
+        x_q8k.resize(num_tokens * nb);
+        pool.parallel_range(num_tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t)
+            quantize_row_q8_k(x + t * cols, cols, &x_q8k[t * nb]);
+        });
+        args.x_q8k = x_q8k.data();
+      }
+      if (gemm) {
+        prepare_group_acts(type, x, cols, num_tokens, kp, pool, &args, &xq, &x_block_scale,
+                           &x_group_start, &x_group_sum);
         fn = table.gemm_ggml;
       }
       break;
