@@ -31,11 +31,14 @@ struct MatmulArgs {
   // f32 in the FMA GEMM's order: [token block][padded column][kF32GemmTokens], the tokens past
   // num_tokens zero.
   const float* x_blocked = nullptr;
-  const int8_t* xq = nullptr;       // [num_tokens][padded_cols] Q8_0 quants
-  const float* x_scale = nullptr;   // [num_tokens][padded_cols / 32] Q8_0 scales
-  const int32_t* x_sum = nullptr;   // [num_tokens][padded_cols / 32] sum of the quants per block
-  const BlockQ8K* x_q8k = nullptr;  // [num_tokens][padded_cols / 256] for K-quant weights
-  RowDotFn row_dot = nullptr;       // ggml row formats
+  // [num_tokens][padded_cols] int8 quants: Q8_0's, or for the ggml GEMM over K-quant weights
+  // Q8_K's (scales in x_block_scale).
+  const int8_t* xq = nullptr;
+  const float* x_scale = nullptr;  // [num_tokens][padded_cols / 32] Q8_0 scales
+  const int32_t* x_sum = nullptr;  // [num_tokens][padded_cols / 32] sum of the quants per block
+  // [num_tokens][padded_cols / 256] for K-quant weights' row dots and GEMVs (not the GEMM's).
+  const BlockQ8K* x_q8k = nullptr;
+  RowDotFn row_dot = nullptr;  // ggml row formats
   // The ggml GEMM (prefill) over xq: per token, the activation scale of each activation block
   // (256 values for the K-quants' Q8_K, 32 for Q8_0: [num_tokens][padded_cols / block]), and per
   // token and weight scale group ([num_tokens][padded_cols / group_size]) the sum of its quants
