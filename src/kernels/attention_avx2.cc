@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/aligned_buffer.h"
 #include "kernels/avx2_math.h"
 #include "kernels/kernel_table.h"
 

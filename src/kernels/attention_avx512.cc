@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/aligned_buffer.h"
 #include "kernels/avx512_math.h"
 #include "kernels/kernel_table.h"
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/aligned_buffer.h"
 #include "kernels/kernel_table.h"
 #include "kernels/weight_memory.h"
 
@@ -14,10 +15,6 @@ namespace crescent::kernels {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 
 int64_t round_up_4k(int64_t n) {
   return (n + 4095) / 4096 * 4096;

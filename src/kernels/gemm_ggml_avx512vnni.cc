@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "kernels/aligned_buffer.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kquant_x16_avx512.h"
 #include "kernels/legacy_x16_avx512.h"
@@ -45,10 +46,6 @@ struct UnpackedPanel {
   float* offset = nullptr;
 };
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 // Per-thread scratch for two panels, grown to the largest weight seen.
 class Scratch {
  public:
@@ -57,14 +54,9 @@ class Scratch {
     const int64_t quant_bytes = (padded_cols + 63) / 64 * 64 * kR;
     const int64_t param_bytes = padded_cols / group_size * kR * static_cast<int64_t>(sizeof(float));
     const int64_t panel_bytes = quant_bytes + 2 * param_bytes;
-    if (2 * panel_bytes > capacity_) {
-      capacity_ = 2 * panel_bytes;
-      void* p = std::aligned_alloc(64, static_cast<size_t>((capacity_ + 63) / 64 * 64));
-      CRESCENT_CHECK(p != nullptr) << "out of memory for the GEMM scratch";
-      buffer_.reset(static_cast<std::byte*>(p));
-    }
+    std::byte* buffer = buffer_.reserve(2 * panel_bytes, "the GEMM scratch");
     for (int i = 0; i < 2; ++i) {
-      std::byte* base = buffer_.get() + i * panel_bytes;
+      std::byte* base = buffer + i * panel_bytes;
       panels_[i].quants = reinterpret_cast<uint8_t*>(base);
       panels_[i].scale = reinterpret_cast<float*>(base + quant_bytes);
       panels_[i].offset = reinterpret_cast<float*>(base + quant_bytes + param_bytes);
@@ -73,8 +65,7 @@ class Scratch {
   [[nodiscard]] const UnpackedPanel& panel(int i) const { return panels_[i]; }
 
  private:
-  std::unique_ptr<std::byte, FreeDeleter> buffer_;
-  int64_t capacity_ = 0;
+  GrowOnlyBuffer buffer_;
   UnpackedPanel panels_[2];
 };
 
