@@ -354,4 +354,6 @@ JSON
     exit 2
     ;;
 esac
+# The scenario's models (~55 MB each, remade by every run) go; its logs and output stay.
+rm -rf "$model_dir" "$out_dir/vl-model"
 echo "demo_test ($scenario): PASS"

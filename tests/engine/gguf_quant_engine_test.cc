@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -32,9 +35,48 @@ ThreadPool& pool() {
   return p;
 }
 
-// `crescent make-model --preset P --dtype f32 --gguf-type T`, once per build tree.
+bool same_bytes(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  const std::uintmax_t size_a = fs::file_size(a, ec);
+  if (ec)
+    return false;
+  const std::uintmax_t size_b = fs::file_size(b, ec);
+  if (ec || size_a != size_b)
+    return false;
+  std::ifstream fa(a, std::ios::binary);
+  std::ifstream fb(b, std::ios::binary);
+  std::vector<char> ba(1 << 20);
+  std::vector<char> bb(1 << 20);
+  while (fa && fb) {
+    fa.read(ba.data(), static_cast<std::streamsize>(ba.size()));
+    fb.read(bb.data(), static_cast<std::streamsize>(bb.size()));
+    if (fa.gcount() != fb.gcount() || !std::equal(ba.begin(), ba.begin() + fa.gcount(), bb.begin()))
+      return false;
+  }
+  return fa.eof() && fb.eof();
+}
+
+// The variants of one preset differ only in model.gguf: their F32 safetensors (160 MB for
+// `small`) and tokenizer files are the same bytes, so each file of `fresh` equal to the one in
+// `sibling` becomes a hard link to it (where links cannot be made, the copy stays).
+void link_files_shared_with(const fs::path& fresh, const fs::path& sibling) {
+  for (const fs::directory_entry& e : fs::directory_iterator(fresh)) {
+    const fs::path theirs = sibling / e.path().filename();
+    if (!e.is_regular_file() || !fs::is_regular_file(theirs) || !same_bytes(e.path(), theirs))
+      continue;
+    const fs::path link = e.path().string() + ".link";
+    std::error_code ec;
+    fs::create_hard_link(theirs, link, ec);
+    if (!ec)
+      fs::rename(link, e.path(), ec);
+    if (ec)
+      fs::remove(link, ec);
+  }
+}
+
+// `crescent make-model --preset P --dtype f32 --gguf-type T`, once (test_models.h says where).
 std::string ensure_quant_model(const std::string& preset, const std::string& gguf_type) {
-  const fs::path root = fs::path(CRESCENT_BINARY_DIR) / "test-models";
+  const fs::path root = testing::test_models_dir();
   const fs::path dir = root / (preset + "-f32-" + gguf_type);
   if (fs::exists(dir / "config.json"))
     return dir.string();
@@ -46,6 +88,14 @@ std::string ensure_quant_model(const std::string& preset, const std::string& ggu
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "cannot make test model: %s failed\n", cmd.c_str());
     std::abort();
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(preset + "-f32-") && name.find(".tmp.") == std::string::npos &&
+        fs::exists(e.path() / "config.json")) {
+      link_files_shared_with(tmp, e.path());
+      break;
+    }
   }
   std::error_code ec;
   fs::rename(tmp, dir, ec);

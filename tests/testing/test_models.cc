@@ -14,9 +14,13 @@ std::string crescent_binary() {
   return std::string(CRESCENT_BINARY_DIR) + "/apps/crescent";
 }
 
+std::string test_models_dir() {
+  return CRESCENT_TEST_MODELS_DIR;
+}
+
 std::string ensure_test_model(const std::string& preset, int seed) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(CRESCENT_BINARY_DIR) / "test-models";
+  const fs::path root = test_models_dir();
   const std::string name = seed == 0 ? preset : preset + "-seed" + std::to_string(seed);
   const fs::path dir = root / name;
   if (fs::exists(dir / "config.json"))
