@@ -5,6 +5,7 @@ add_library(crescent_tokenizer STATIC
   ${CMAKE_CURRENT_LIST_DIR}/chat_template.cc
   ${CMAKE_CURRENT_LIST_DIR}/pretokenizer.cc
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_load.cc
   ${CMAKE_CURRENT_LIST_DIR}/unicode.cc
 )
 target_link_libraries(crescent_tokenizer
