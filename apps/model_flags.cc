@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/file.h"
 #include "model/chat_template.h"
 #include "model/tensor_source.h"
 
@@ -51,7 +52,7 @@ Status replace_chat_template(const std::string& flag, const std::string& model_p
   std::string text = flag;
   std::error_code ec;
   if (std::filesystem::is_regular_file(flag, ec)) {
-    ASSIGN_OR_RETURN(text, model::read_file_to_string(flag));
+    ASSIGN_OR_RETURN(text, read_file(flag));
   }
   model::TokenizerConfig config;
   if (loaded->chat_template) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/logging.h"
 #include "engine/tokenizer_detokenizer.h"
 #include "model/model_files.h"
@@ -13,7 +14,7 @@ namespace {
 
 // generation_config.json may list more end-of-sequence ids than config.json (Qwen2.5 does).
 void merge_generation_config_eos(const std::string& model_dir, std::vector<int32_t>& eos) {
-  auto text = model::read_file_to_string(model_dir + "/generation_config.json");
+  auto text = read_file(model_dir + "/generation_config.json");
   if (!text.is_ok())
     return;  // optional file
   auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -90,8 +91,7 @@ Result<std::unique_ptr<LoadedEngine>> load_engine(const LoadOptions& options, Th
   }
   // Every process that takes images preprocesses them, the tower loaded or not.
   if (files.config.vision && !files.preprocessor_config_path.empty()) {
-    ASSIGN_OR_RETURN(loaded->preprocessor_config_json,
-                     model::read_file_to_string(files.preprocessor_config_path));
+    ASSIGN_OR_RETURN(loaded->preprocessor_config_json, read_file(files.preprocessor_config_path));
   }
   if (options.parts == ModelParts::kVisionTowerOnly) {
     return loaded;  // the language model's mapped files close here

@@ -1,25 +1,14 @@
 #include "model/chat_template.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file.h"
 #include "model/jinja/strings.h"
 
 namespace crescent::model {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return not_found("cannot open " + path);
-  }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 // A special-token field: a string, an AddedToken object {"content": ...}, or null.
 std::optional<std::string> token_field(const Json& j, const char* key) {

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/fnv.h"
 #include "core/thread_pool.h"
 #include "model/chat_template.h"
@@ -347,9 +348,9 @@ Status make_model(const MakeModelOptions& options) {
   const fs::path tokenizer_dir = fs::path(
       options.tokenizer_dir.empty() ? default_tokenizer_dir(preset) : options.tokenizer_dir);
   ASSIGN_OR_RETURN(std::string tokenizer_json,
-                   read_file_to_string((tokenizer_dir / "tokenizer.json").string()));
+                   read_file((tokenizer_dir / "tokenizer.json").string()));
   ASSIGN_OR_RETURN(std::string tokenizer_config,
-                   read_file_to_string((tokenizer_dir / "tokenizer_config.json").string()));
+                   read_file((tokenizer_dir / "tokenizer_config.json").string()));
   if (!preset.chat_template.empty()) {
     ASSIGN_OR_RETURN(tokenizer_config, with_chat_template(tokenizer_config, preset.chat_template));
   }

@@ -4,6 +4,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/file.h"
 #include "model/gguf.h"
 #include "model/gguf_mmproj.h"
 #include "model/safetensors.h"
@@ -179,7 +180,7 @@ Result<ModelFiles> open_model(const std::string& path_text, const std::string& m
 
   ModelFiles files;
   const fs::path config_path = path / "config.json";
-  ASSIGN_OR_RETURN(std::string config_text, read_file_to_string(config_path.string()));
+  ASSIGN_OR_RETURN(std::string config_text, read_file(config_path.string()));
   Result<ModelConfig> config = parse_model_config(config_text);
   if (!config.is_ok())
     return config.status().with_context(config_path.string());

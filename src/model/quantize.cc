@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/file.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/model_files.h"
@@ -33,7 +34,7 @@ Status write(const ModelFiles& files, const QuantizeOptions& o, const std::strin
     w.set_u32("general.quantization_version", 2);
     return write_gguf_tensors(w, files.config, *gguf, o.type, o.progress);
   }
-  ASSIGN_OR_RETURN(std::string tokenizer_json, read_file_to_string(files.tokenizer_json_path));
+  ASSIGN_OR_RETURN(std::string tokenizer_json, read_file(files.tokenizer_json_path));
   std::string chat_template;
   if (!files.tokenizer_config_path.empty()) {
     ASSIGN_OR_RETURN(TokenizerConfig config,

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/file.h"
+
 namespace crescent::model {
 
 using nlohmann::json;
@@ -222,7 +224,7 @@ class ShardedSafetensors : public TensorSource {
 }  // namespace
 
 Result<std::unique_ptr<TensorSource>> open_sharded_safetensors(const std::string& index_path) {
-  ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path));
+  ASSIGN_OR_RETURN(std::string text, read_file(index_path));
   json index;
   try {
     index = json::parse(text);

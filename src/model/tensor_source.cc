@@ -7,8 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace crescent::model {
 
@@ -168,17 +166,6 @@ Status FileWriter::close() {
     s = internal_error(path_ + ": close failed: " + errno_text());
   fd_ = -1;
   return s;
-}
-
-Result<std::string> read_file_to_string(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return not_found(path + ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad())
-    return data_loss(path + ": read failed");
-  return os.str();
 }
 
 }  // namespace crescent::model

@@ -94,7 +94,4 @@ class FileWriter {
   int64_t num_bytes_written_ = 0;
 };
 
-// Reads a whole (small) file into a string.
-Result<std::string> read_file_to_string(const std::string& path);
-
 }  // namespace crescent::model

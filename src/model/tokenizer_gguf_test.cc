@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model_files.h"
@@ -146,7 +147,7 @@ class TokenizerGgufLlama31Test : public TokenizerGgufTest {};
 
 TEST_F(TokenizerGgufLlama31Test, TemplateProcessingBosRoundTrips) {
   const fs::path dir = made("tiny-llama");
-  auto text = read_file_to_string((dir / "tokenizer.json").string());
+  auto text = read_file((dir / "tokenizer.json").string());
   ASSERT_TRUE(text.is_ok());
   nlohmann::json j = nlohmann::json::parse(*text);
   j["post_processor"] = {
@@ -162,8 +163,7 @@ TEST_F(TokenizerGgufLlama31Test, TemplateProcessingBosRoundTrips) {
 
   const std::string path = (root() / "llama31.gguf").string();
   GgufWriter w(path);
-  const ModelConfig config =
-      *parse_model_config(*read_file_to_string((dir / "config.json").string()));
+  const ModelConfig config = *parse_model_config(*read_file((dir / "config.json").string()));
   ASSERT_TRUE(add_gguf_tokenizer_metadata(w, j.dump(), config).is_ok());
   ASSERT_TRUE(w.finish().is_ok());
   auto gguf = GgufFile::open(path);

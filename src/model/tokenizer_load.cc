@@ -3,10 +3,9 @@
 // thread, before the tokenizer is shared.
 #include <array>
 #include <cctype>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file.h"
 #include "model/tokenizer_impl.h"
 #include "model/unicode.h"
 
@@ -647,16 +646,8 @@ Status Tokenizer::Impl::load_decoder(const Json& d, bool top_level) {
   return unsupported("decoder type '" + type + "'");
 }
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return not_found("cannot open tokenizer file " + path);
-  }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    return data_loss("cannot read tokenizer file " + path);
-  }
-  auto r = from_json(buf.str());
+  ASSIGN_OR_RETURN(const std::string json, read_file(path));
+  auto r = from_json(json);
   if (!r.is_ok()) {
     return r.status().with_context(path);
   }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/multimodal.h"
@@ -101,7 +102,7 @@ struct NpyArray {
 };
 
 Result<NpyArray> read_npy(const fs::path& path) {
-  ASSIGN_OR_RETURN(std::string raw, model::read_file_to_string(path.string()));
+  ASSIGN_OR_RETURN(std::string raw, read_file(path.string()));
   if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0) {
     return invalid_argument(path.string() + " is not a .npy file");
   }
@@ -449,7 +450,7 @@ Result<ReferenceRun> run_reference(const fs::path& model_dir, const Prompt& prom
                           "' > '" + (work / "reference.log").string() + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    Result<std::string> log = model::read_file_to_string((work / "reference.log").string());
+    Result<std::string> log = read_file((work / "reference.log").string());
     return internal_error("the reference failed (status " + std::to_string(rc) + "): " + cmd +
                           "\n" + (log.is_ok() ? *log : std::string()));
   }
@@ -461,7 +462,7 @@ Result<ReferenceRun> run_reference(const fs::path& model_dir, const Prompt& prom
   ASSIGN_OR_RETURN(ref.positions, read_npy(out / "positions.npy"));
   ASSIGN_OR_RETURN(ref.logits, read_npy(out / "logits.npy"));
   ASSIGN_OR_RETURN(ref.decode_logits, read_npy(out / "decode_logits.npy"));
-  ASSIGN_OR_RETURN(std::string meta, model::read_file_to_string((out / "meta.json").string()));
+  ASSIGN_OR_RETURN(std::string meta, read_file((out / "meta.json").string()));
   ref.meta = nlohmann::json::parse(meta);
   return ref;
 }
@@ -585,7 +586,7 @@ void PrintTo(const VlCase& c, std::ostream* os) {
 // Sets rope_theta in config.json (top level and text_config, wherever transformers reads it).
 Status set_rope_theta(const fs::path& model_dir, double theta) {
   const fs::path path = model_dir / "config.json";
-  ASSIGN_OR_RETURN(std::string text, model::read_file_to_string(path.string()));
+  ASSIGN_OR_RETURN(std::string text, read_file(path.string()));
   nlohmann::json j = nlohmann::json::parse(text);
   j["rope_theta"] = theta;
   if (j.contains("text_config") && j["text_config"].is_object()) {
