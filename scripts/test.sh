@@ -4,6 +4,8 @@
 #   scripts/test.sh            release + ASan/UBSan + TSan + a 20 s run of each fuzz target
 #                              (what CI runs)
 #   scripts/test.sh release    one preset only (release, asan or tsan), or `fuzz`
+# Environment: CRESCENT_TEST_MIN_FREE_GB (default 12): below that much free disk, a tree whose
+# tests passed is removed before the next tree is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,6 +13,11 @@ bash scripts/setup.sh
 presets=("$@")
 if ((${#presets[@]} == 0)); then presets=(release asan tsan fuzz); fi
 jobs=$(nproc)
+min_free_gb=${CRESCENT_TEST_MIN_FREE_GB:-12}
+if ! [[ $min_free_gb =~ ^[0-9]+$ ]]; then
+  echo "scripts/test.sh: CRESCENT_TEST_MIN_FREE_GB must be a whole number of GB, not '$min_free_gb'" >&2
+  exit 2
+fi
 
 for preset in "${presets[@]}"; do
   if [ "$preset" = fuzz ]; then
@@ -54,5 +61,15 @@ for preset in "${presets[@]}"; do
       ;;
   esac
   ctest --preset "$preset" -j "$jobs" --timeout 600 "${filter_args[@]}"
+  # A tree whose tests passed is not needed by the next one. Where the disk is short (a CI
+  # machine's can be: the ASan tree alone is ~4 GB), remove it before the next tree is built; a
+  # machine with room keeps every tree. CRESCENT_TEST_MIN_FREE_GB sets the threshold.
+  if [ "$preset" != "${presets[-1]}" ]; then
+    free_gb=$(df -BG --output=avail build | tail -1 | tr -dc 0-9)
+    if ((free_gb < min_free_gb)); then
+      echo "== $preset: passed; ${free_gb} GB free (< ${min_free_gb}): removing build/$preset"
+      rm -rf "build/$preset"
+    fi
+  fi
 done
 echo "== all test presets passed: ${presets[*]}"
