@@ -47,7 +47,7 @@ for preset in "${presets[@]}"; do
   # Transports/EcConnectorTest, and tcp and shm keep the whole E->P->D flow. The 50-answer
   # sampled-JSON client test is a load test of one code path that its shorter siblings cover.
   # The TSan tree also compiles the per-ISA kernel inner loops uninstrumented
-  # (src/kernels/CMakeLists.txt). Measured on a 2-core VM: TSan's test run 26 -> ~19 minutes.
+  # (src/kernels/CMakeLists.txt). Measured on a 2-core VM: TSan's test run 26 -> 19-21 minutes.
   case "$preset" in
     asan) filter_args=(-E "$skip_demo") ;;
     tsan)
