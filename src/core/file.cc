@@ -4,9 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <system_error>
 
 namespace crescent {
@@ -45,35 +43,22 @@ Result<std::string> read_file(const std::string& path) {
     return not_found("cannot open " + path + ": " + errno_text(errno));
   }
   FdCloser closer(fd);
-  std::string out;
+  // One byte more than the file's length, so that the read that finds the end needs no growth.
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    out.resize(static_cast<size_t>(st.st_size));
-  }
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  std::string out(regular ? static_cast<size_t>(st.st_size) + 1 : size_t{4096}, '\0');
   size_t used = 0;
-  char probe[4096];
   while (true) {
-    if (used < out.size()) {
-      const ssize_t n = read_some(fd, out.data() + used, out.size() - used);
-      if (n < 0) {
-        return data_loss("cannot read " + path + ": " + errno_text(errno));
-      }
-      if (n == 0) {
-        break;  // shorter than fstat said: it shrank since
-      }
-      used += static_cast<size_t>(n);
-      continue;
+    if (used == out.size()) {
+      out.resize(2 * used);  // longer than fstat said, or no length at all (/proc, pipes)
     }
-    // The buffer is full: a small read tells the end from more data without growing it.
-    const ssize_t n = read_some(fd, probe, sizeof(probe));
+    const ssize_t n = read_some(fd, out.data() + used, out.size() - used);
     if (n < 0) {
       return data_loss("cannot read " + path + ": " + errno_text(errno));
     }
     if (n == 0) {
       break;
     }
-    out.resize(used + std::max(used, size_t{64} << 10));
-    std::memcpy(out.data() + used, probe, static_cast<size_t>(n));
     used += static_cast<size_t>(n);
   }
   out.resize(used);
