@@ -1,6 +1,6 @@
 // tokenizer.json -> Tokenizer::Impl: the SAX pass over the vocabulary and merges, and the
-// normalizer / pre-tokenizer / post-processor / decoder sections. Runs once per process, on one
-// thread, before the tokenizer is shared.
+// normalizer / pre-tokenizer / post-processor / decoder sections. Runs on one thread, before the
+// tokenizer is shared.
 #include <array>
 #include <cctype>
 #include <nlohmann/json.hpp>
