@@ -7,13 +7,10 @@
 #include <cerrno>
 #include <system_error>
 
+#include "core/errno_text.h"
+
 namespace crescent {
 namespace {
-
-// strerror() is not thread-safe; the error category's message is.
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
 
 // read(2) that retries when a signal interrupts it.
 ssize_t read_some(int fd, char* data, size_t size) {

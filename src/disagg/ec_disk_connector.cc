@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/errno_text.h"
 #include "core/logging.h"
 #include "core/prometheus.h"
 #include "disagg/protocol.h"
@@ -50,10 +51,6 @@ Status check_mm_hash(const std::string& mm_hash) {
   probe.shape = {1, 1};
   probe.num_bytes = 4;
   return validate_ec_tensor_ref(probe, "EC disk publish");
-}
-
-std::string errno_text(int err) {
-  return std::strerror(err);
 }
 
 }  // namespace

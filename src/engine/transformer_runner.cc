@@ -6,14 +6,17 @@
 #include <cstring>
 #include <string>
 
+#include "core/errno_text.h"
+
 namespace crescent::engine {
 
 Result<KvCacheMemory> allocate_private_kv_memory(int64_t num_bytes) {
   void* p = ::mmap(nullptr, static_cast<size_t>(num_bytes), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
+    const int err = errno;
     return resource_exhausted("cannot allocate " + std::to_string(num_bytes >> 20) +
-                              " MiB for the KV cache: " + std::strerror(errno));
+                              " MiB for the KV cache: " + errno_text(err));
   }
   ::madvise(p, static_cast<size_t>(num_bytes), MADV_HUGEPAGE);
   return KvCacheMemory{p, num_bytes,

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/check.h"
+#include "core/errno_text.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CRESCENT_WEIGHT_MEMORY_PER_BLOCK 1
@@ -41,8 +42,8 @@ class Chunk {
   explicit Chunk(size_t size) : size_(round_up(size, 4096)) {
     const size_t span = size_ + kHugePage;
     void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CRESCENT_CHECK(p != MAP_FAILED) << "out of memory mapping " << (size_ >> 20)
-                                    << " MiB for weights: " << std::strerror(errno);
+    CRESCENT_CHECK(p != MAP_FAILED)
+        << "out of memory mapping " << (size_ >> 20) << " MiB for weights: " << errno_text(errno);
     const size_t head = (kHugePage - reinterpret_cast<uintptr_t>(p) % kHugePage) % kHugePage;
     if (head > 0) {
       ::munmap(p, head);

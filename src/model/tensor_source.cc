@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/errno_text.h"
+
 namespace crescent::model {
 
 int64_t TensorView::num_elements() const {
@@ -53,22 +55,16 @@ std::vector<float> tensor_to_float(const TensorView& view) {
   return out;
 }
 
-namespace {
-std::string errno_text() {
-  return std::strerror(errno);
-}
-}  // namespace
-
 Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
       return not_found(path + ": no such file");
-    return invalid_argument(path + ": cannot open: " + errno_text());
+    return invalid_argument(path + ": cannot open: " + errno_text(errno));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    Status s = internal_error(path + ": fstat failed: " + errno_text());
+    Status s = internal_error(path + ": fstat failed: " + errno_text(errno));
     ::close(fd);
     return s;
   }
@@ -82,7 +78,7 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& pa
   if (st.st_size > 0) {
     void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-      Status s = resource_exhausted(path + ": mmap failed: " + errno_text());
+      Status s = resource_exhausted(path + ": mmap failed: " + errno_text(errno));
       ::close(fd);
       return s;
     }
@@ -111,7 +107,7 @@ FileWriter::~FileWriter() {
 Result<std::unique_ptr<FileWriter>> FileWriter::create(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    return invalid_argument(path + ": cannot create: " + errno_text());
+    return invalid_argument(path + ": cannot create: " + errno_text(errno));
   return std::unique_ptr<FileWriter>(new FileWriter(path, fd));
 }
 
@@ -122,7 +118,7 @@ Status FileWriter::flush() {
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return internal_error(path_ + ": write failed: " + errno_text());
+      return internal_error(path_ + ": write failed: " + errno_text(errno));
     }
     done += static_cast<size_t>(n);
   }
@@ -163,7 +159,7 @@ Status FileWriter::close() {
     return Status::ok();
   Status s = flush();
   if (::close(fd_) != 0 && s.is_ok())
-    s = internal_error(path_ + ": close failed: " + errno_text());
+    s = internal_error(path_ + ": close failed: " + errno_text(errno));
   fd_ = -1;
   return s;
 }

@@ -13,12 +13,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/errno_text.h"
+
 namespace crescent::net {
 
 namespace {
 
 Status errno_status(const std::string& what, int err) {
-  std::string msg = what + ": " + std::strerror(err);
+  std::string msg = what + ": " + errno_text(err);
   switch (err) {
     case ECONNREFUSED:
     case ECONNRESET:

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "core/clock.h"
+#include "core/errno_text.h"
 #include "net/http/http_client.h"
 
 namespace crescent::server {
@@ -56,11 +57,6 @@ std::string show_byte(char c) {
   }
   static constexpr char kHex[] = "0123456789abcdef";
   return std::string("\\x") + kHex[u >> 4] + kHex[u & 0xF];
-}
-
-// strerror() is not thread-safe; the error category's message is.
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
 }
 
 std::string too_large_message(std::string_view what, int64_t size, int64_t limit) {

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/errno_text.h"
+
 namespace crescent::transfer {
 
 namespace {
@@ -74,18 +76,18 @@ Result<SharedBuffer> allocate_shared(size_t bytes, bool populate) {
   size_t size = (bytes + page - 1) / page * page;
   int fd = ::memfd_create("crescent-shared", MFD_CLOEXEC);
   if (fd < 0)
-    return resource_exhausted(std::string("memfd_create: ") + std::strerror(errno));
+    return resource_exhausted("memfd_create: " + errno_text(errno));
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;
     ::close(fd);
-    return resource_exhausted(std::string("ftruncate: ") + std::strerror(err));
+    return resource_exhausted("ftruncate: " + errno_text(err));
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                    MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     ::close(fd);
-    return resource_exhausted(std::string("mmap: ") + std::strerror(err));
+    return resource_exhausted("mmap: " + errno_text(err));
   }
   SharedBuffer b;
   b.data_ = static_cast<uint8_t*>(p);
@@ -110,7 +112,7 @@ Result<SharedRange> find_shared(const void* addr, uint64_t bytes) {
   }
   int fd = ::fcntl(it->second.second, F_DUPFD_CLOEXEC, 0);
   if (fd < 0)
-    return resource_exhausted(std::string("dup: ") + std::strerror(errno));
+    return resource_exhausted("dup: " + errno_text(errno));
   return SharedRange{fd, a - base};
 }
 

@@ -8,10 +8,10 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <ranges>
 
 #include "core/clock.h"
+#include "core/errno_text.h"
 
 namespace crescent::bench {
 
@@ -26,7 +26,7 @@ Result<int> ChildProcesses::start(const std::string& name, const std::string& bi
   argv.push_back(nullptr);
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    return internal_error("cannot open " + log_path + ": " + std::strerror(errno));
+    return internal_error("cannot open " + log_path + ": " + errno_text(errno));
   }
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   pid_t parent = ::getpid();
@@ -55,7 +55,7 @@ Result<int> ChildProcesses::start(const std::string& name, const std::string& bi
     ::close(null_fd);
   }
   if (pid < 0) {
-    return internal_error("fork for " + name + ": " + std::strerror(err));
+    return internal_error("fork for " + name + ": " + errno_text(err));
   }
   children_.push_back({name, log_path, pid, -1});
   return static_cast<int>(children_.size()) - 1;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/clock.h"
+#include "core/errno_text.h"
 #include "transfer/shared_memory.h"
 
 namespace crescent::bench {
@@ -75,7 +76,7 @@ Result<double> time_one_copy(uint64_t num_bytes, CopyKind kind) {
                         static_cast<off_t>(range.file_offset));
     ::close(range.memfd);
     if (second_map == MAP_FAILED) {
-      return internal_error(std::string("mmap of the second view: ") + std::strerror(errno));
+      return internal_error("mmap of the second view: " + errno_text(errno));
     }
     target = static_cast<uint8_t*>(second_map);
   }

@@ -20,6 +20,7 @@
 #include "bench/disagg/pd_report.h"
 #include "bench/disagg/prometheus_scrape.h"
 #include "core/clock.h"
+#include "core/errno_text.h"
 #include "core/ids.h"
 #include "kernels/kv_dtype.h"
 #include "model/model_files.h"
@@ -479,7 +480,7 @@ Status validate_pd_bench_options(PdBenchOptions& o) {
   if (o.log_dir.empty()) {
     char tmpl[] = "/tmp/crescent-bench-disagg-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
-      return internal_error(std::string("mkdtemp: ") + std::strerror(errno));
+      return internal_error("mkdtemp: " + errno_text(errno));
     }
     o.log_dir = tmpl;
   } else {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/errno_text.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 
@@ -35,7 +36,7 @@ class ShmMover final : public Mover {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(),
                      static_cast<off_t>(aligned));
     if (p == MAP_FAILED)
-      return internal_error(std::string("mmap peer region: ") + strerror(errno));
+      return internal_error("mmap peer region: " + errno_text(errno));
     auto map = std::make_shared<Map>(p, bytes, static_cast<uint8_t*>(p) + delta, g.length);
     std::lock_guard<std::mutex> lock(mu_);
     maps_[g.region.value()] = std::move(map);
